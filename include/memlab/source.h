@@ -1,0 +1,44 @@
+/* The contract between the tracer (_tracer, C) and a memory source
+ * (_torchshim, C++ over c10).  Plain C types only: nothing else crosses.
+ *
+ * A source is exported as a PyCapsule named MEMLAB_SOURCE_CAPSULE whose
+ * pointer is a `const memlab_source *` with static storage duration. */
+#ifndef MEMLAB_SOURCE_H
+#define MEMLAB_SOURCE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MEMLAB_SOURCE_ABI_VERSION 1
+#define MEMLAB_SOURCE_CAPSULE "pytorch_memlab.memlab_source"
+
+/* One reader of allocator statistics for devices of one kind. */
+typedef struct memlab_source {
+    int abi_version;                 /* MEMLAB_SOURCE_ABI_VERSION */
+    const char *name;                /* "cuda", "cpu", ... */
+    int n_fields;                    /* length of field_names and of sample()'s output */
+    const char *const *field_names;  /* e.g. "active_bytes.all.peak" */
+
+    /* Make `device` ready to be sampled (lazy CUDA init check, install the
+     * CPU counting allocator...).  Called outside the hot path, GIL held.
+     * Returns 0, or -1 with a message copied into err (NUL-terminated). */
+    int (*prepare)(int device, char *err, int err_len);
+
+    /* Write n_fields values for `device` into out.  Hot path: must not take
+     * the GIL, allocate, or throw.  Returns 0, or -1 if the device cannot be
+     * read (out is then left untouched). */
+    int (*sample)(int device, int64_t *out);
+
+    /* Reset every "*.peak" field of `device` to its "*.current" value.
+     * Accumulated counters are left alone.  Returns 0 or -1. */
+    int (*reset_peaks)(int device);
+} memlab_source;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MEMLAB_SOURCE_H */

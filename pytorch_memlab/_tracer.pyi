@@ -1,0 +1,49 @@
+"""Typed face of the C tracer (src/tracer/).  It knows nothing about torch.
+
+A *source* is either a PyCapsule named "pytorch_memlab.memlab_source" holding a
+``const memlab_source *`` (include/memlab/source.h), or a Python object with:
+
+    name: str
+    fields: tuple[str, ...]                 # e.g. "active_bytes.all.peak"
+    def prepare(self, device: int) -> None
+    def sample(self, device: int) -> Sequence[int]   # len(fields) ints
+    def reset_peaks(self, device: int) -> None
+
+How a column is aggregated is decided by its name's last dotted part:
+  "peak"                -> per line execution: peak during the line; over executions: max
+  "allocated" / "freed" -> counters: delta during the line; over executions: sum
+  anything else          -> value at the end of the line; over executions: max
+"""
+from types import CodeType
+from typing import Any, Sequence
+
+MECHANISM: str
+""""monitoring" (sys.monitoring, 3.12+) or "settrace" (PyEval_SetTrace).
+Set PYTORCH_MEMLAB_TRACER=settrace before import to force the latter."""
+
+def source_info(source: Any) -> tuple[str, tuple[str, ...]]:
+    """(name, fields) of a capsule or Python source."""
+
+def install_thread_hook() -> bool:
+    """settrace mechanism only: hook the calling thread if any tracer is
+    enabled (threads that existed before enable()).  No-op otherwise."""
+
+class Tracer:
+    columns: tuple[str, ...]
+    growth_field: str | None
+    device: int
+    enabled: bool
+    sample_errors: int
+    def __init__(self, source: Any, device: int, columns: Sequence[str],
+                 growth_field: str | None = None) -> None:
+        """ValueError naming the valid fields if a column is unknown."""
+    def add_code(self, code: CodeType) -> None: ...
+    def codes(self) -> list[CodeType]: ...
+    def enable(self) -> None: ...
+    def disable(self) -> None:
+        """Commit every open line of every thread, remove all hooks."""
+    def clear(self) -> None: ...
+    def stats(self) -> dict[CodeType, dict[int, tuple[int, int, tuple[int, ...]]]]:
+        """{code: {lineno: (count, net_growth, values_in_column_order)}}.
+        net_growth sums (growth_field at line end - at line start); 0 if
+        growth_field is None.  Only lines that ran appear."""
