@@ -34,6 +34,7 @@ class Tracer:
     device: int
     enabled: bool
     sample_errors: int
+    tool_id: int
     def __init__(self, source: Any, device: int, columns: Sequence[str],
                  growth_field: str | None = None) -> None:
         """ValueError naming the valid fields if a column is unknown."""
@@ -42,6 +43,8 @@ class Tracer:
     def enable(self) -> None: ...
     def disable(self) -> None:
         """Commit every open line of every thread, remove all hooks."""
+    def set_device(self, device: int) -> None:
+        """Read another device from the next event on (prepares it if enabled)."""
     def clear(self) -> None: ...
     def stats(self) -> dict[CodeType, dict[int, tuple[int, int, tuple[int, ...]]]]:
         """{code: {lineno: (count, net_growth, values_in_column_order)}}.

@@ -1,0 +1,23 @@
+/* What the files of _torchshim share: the sources they define and one helper.
+ * Nothing here crosses into the tracer; that is include/memlab/source.h. */
+#ifndef MEMLAB_TORCHSHIM_SHIM_H
+#define MEMLAB_TORCHSHIM_SHIM_H
+
+#include <memlab/source.h>
+
+namespace memlab {
+
+/* The CUDA caching allocator's DeviceStats, one field per key of
+ * torch.cuda.memory_stats().  nullptr when this torch has no generic
+ * c10::DeviceAllocator (torch < 2.9).  Builds its field table on first call. */
+const memlab_source *cuda_source();
+
+/* Counts of the CPU allocator, through a wrapper installed by prepare(). */
+const memlab_source *cpu_source();
+
+/* Copy msg into err (err_len bytes, always NUL-terminated when err_len > 0). */
+void copy_error(char *err, int err_len, const char *msg) noexcept;
+
+}  // namespace memlab
+
+#endif /* MEMLAB_TORCHSHIM_SHIM_H */

@@ -1,0 +1,32 @@
+/* Version shims: every #if on the Python version lives here. */
+#ifndef MEMLAB_COMPAT_H
+#define MEMLAB_COMPAT_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <frameobject.h>
+#include <structmember.h>
+
+/* sys.monitoring exists from 3.12. */
+#if PY_VERSION_HEX >= 0x030C0000
+#  define MEMLAB_HAVE_MONITORING 1
+#else
+#  define MEMLAB_HAVE_MONITORING 0
+#endif
+
+#if PY_VERSION_HEX < 0x030A0000
+static inline PyObject *Py_NewRef(PyObject *o) { Py_INCREF(o); return o; }
+#endif
+
+/* Saving the exception in flight around a call into Python code. */
+#if PY_VERSION_HEX >= 0x030C0000
+typedef struct { PyObject *exc; } memlab_saved_exc;
+static inline void memlab_save_exc(memlab_saved_exc *s) { s->exc = PyErr_GetRaisedException(); }
+static inline void memlab_restore_exc(memlab_saved_exc *s) { PyErr_SetRaisedException(s->exc); }
+#else
+typedef struct { PyObject *type, *value, *tb; } memlab_saved_exc;
+static inline void memlab_save_exc(memlab_saved_exc *s) { PyErr_Fetch(&s->type, &s->value, &s->tb); }
+static inline void memlab_restore_exc(memlab_saved_exc *s) { PyErr_Restore(s->type, s->value, s->tb); }
+#endif
+
+#endif /* MEMLAB_COMPAT_H */

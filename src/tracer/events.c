@@ -1,0 +1,149 @@
+/* What happens on each event, whichever hook delivered it.
+ *
+ * Every event first takes one reading and folds the interval since the last
+ * reading into the current line of *every* profiled frame on this thread, so
+ * a call's peak is charged to the caller's line too.  Then the event moves
+ * the innermost frame: a new line commits the old one, a return commits and
+ * pops. */
+#include "tracer.h"
+
+#include <string.h>
+
+static ThreadStack *
+current_stack(TracerObject *t)
+{
+    return threadstacks_get(&t->threads, PyThreadState_Get());
+}
+
+/* Fold this interval into every open frame's pending figures.  Returns the
+ * growth field's level, or -1 (and counts an error) if reading failed. */
+static int
+fold_interval(TracerObject *t, ThreadStack *stack, int64_t *level)
+{
+    int n = t->sampler.n_columns;
+    if (sampler_take(&t->sampler, t->interval, level) < 0) {
+        t->sample_errors++;
+        return -1;
+    }
+    const memlab_fold *folds = t->sampler.folds;
+    for (int i = 0; i < stack->depth; i++) {
+        int64_t *pending = threadstack_pending(stack, n, i);
+        for (int c = 0; c < n; c++) {
+            int64_t v = t->interval[c];
+            if (folds[c] == FOLD_SUM) {
+                pending[c] += v;
+            }
+            else if (v > pending[c]) {
+                pending[c] = v;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Close frame i's current line into its table and open `line`. */
+static void
+commit_line(TracerObject *t, ThreadStack *stack, int i, int64_t level, int next_line)
+{
+    Frame *f = &stack->frames[i];
+    int n = t->sampler.n_columns;
+    int64_t *pending = threadstack_pending(stack, n, i);
+    if (f->line >= 0 && linetable_commit(f->table, f->line, f->counted,
+                                         level - f->start_level, pending,
+                                         t->sampler.folds) < 0) {
+        t->memory_errors++;
+    }
+    memset(pending, 0, sizeof(int64_t) * (size_t)n);
+    f->line = next_line;
+    f->counted = 1;
+    f->start_level = level;
+}
+
+static Frame *
+push_frame(TracerObject *t, ThreadStack *stack, LineTable *table, int line,
+           int64_t level)
+{
+    Frame *f = threadstack_push(stack, t->sampler.n_columns);
+    if (f == NULL) {
+        t->memory_errors++;
+        return NULL;
+    }
+    f->table = table;
+    f->line = line;
+    f->counted = 0;      /* a resumed line was counted before it yielded */
+    f->start_level = level;
+    return f;
+}
+
+/* A reading that failed still keeps the stack's shape; the level is then the
+ * frame's own start level, so no growth is invented. */
+#define BEGIN_EVENT(t, stack, level)                      \
+    if ((t)->in_callback || !(t)->enabled) return;        \
+    ThreadStack *stack = current_stack(t);                \
+    if (stack == NULL) { (t)->memory_errors++; return; }  \
+    (t)->in_callback = 1;                                 \
+    int64_t level = 0;                                    \
+    int read_ok = fold_interval((t), stack, &level) == 0;
+
+#define END_EVENT(t) (t)->in_callback = 0;
+
+void
+tracer_on_start(TracerObject *t, LineTable *table, int line)
+{
+    BEGIN_EVENT(t, stack, level)
+    (void)read_ok;
+    push_frame(t, stack, table, line, level);
+    END_EVENT(t)
+}
+
+void
+tracer_on_line(TracerObject *t, LineTable *table, int line)
+{
+    BEGIN_EVENT(t, stack, level)
+    if (stack->depth == 0 || stack->frames[stack->depth - 1].table != table) {
+        /* Enabled while this frame was already running: adopt it. */
+        if (push_frame(t, stack, table, -1, level) == NULL) {
+            END_EVENT(t)
+            return;
+        }
+    }
+    int top = stack->depth - 1;
+    if (!read_ok) {
+        level = stack->frames[top].start_level;
+    }
+    commit_line(t, stack, top, level, line);
+    END_EVENT(t)
+}
+
+void
+tracer_on_leave(TracerObject *t, LineTable *table)
+{
+    BEGIN_EVENT(t, stack, level)
+    int target = stack->depth - 1;
+    while (target >= 0 && stack->frames[target].table != table) {
+        target--;
+    }
+    /* Frames above the one leaving lost their own leave event: close them too. */
+    while (target >= 0 && stack->depth > target) {
+        int top = stack->depth - 1;
+        int64_t end = read_ok ? level : stack->frames[top].start_level;
+        commit_line(t, stack, top, end, -1);
+        stack->depth--;
+    }
+    END_EVENT(t)
+}
+
+void
+tracer_close_all_frames(TracerObject *t)
+{
+    for (int s = 0; s < t->threads.n_stacks; s++) {
+        ThreadStack *stack = &t->threads.stacks[s];
+        int64_t level = 0;
+        int read_ok = stack->depth > 0 && fold_interval(t, stack, &level) == 0;
+        while (stack->depth > 0) {
+            int top = stack->depth - 1;
+            commit_line(t, stack, top, read_ok ? level : stack->frames[top].start_level, -1);
+            stack->depth--;
+        }
+    }
+}

@@ -1,0 +1,89 @@
+/* Chooses the hook mechanism once and routes tracers to it. */
+#include "tracer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+TracerObject *memlab_enabled_tracers = NULL;
+const char *memlab_mechanism = "settrace";
+
+int settrace_init(PyObject *module);
+int settrace_enable(TracerObject *t);
+int settrace_disable(TracerObject *t);
+#if MEMLAB_HAVE_MONITORING
+int monitoring_init(PyObject *module);
+int monitoring_enable(TracerObject *t);
+int monitoring_disable(TracerObject *t);
+int monitoring_add_code(TracerObject *t, PyObject *code);
+#endif
+
+#if MEMLAB_HAVE_MONITORING
+static int
+use_monitoring(void)
+{
+    return strcmp(memlab_mechanism, "monitoring") == 0;
+}
+#endif
+
+int
+hooks_init(PyObject *module)
+{
+    const char *forced = getenv("PYTORCH_MEMLAB_TRACER");
+    if (forced != NULL && forced[0] != '\0' && strcmp(forced, "settrace") != 0
+            && strcmp(forced, "monitoring") != 0) {
+        PyErr_Format(PyExc_ImportError, "PYTORCH_MEMLAB_TRACER=%s: use 'settrace' or "
+                     "'monitoring' (or leave it unset)", forced);
+        return -1;
+    }
+#if MEMLAB_HAVE_MONITORING
+    if (forced == NULL || strcmp(forced, "settrace") != 0) {
+        memlab_mechanism = "monitoring";
+    }
+    if (monitoring_init(module) < 0) {
+        return -1;
+    }
+#else
+    if (forced != NULL && strcmp(forced, "monitoring") == 0) {
+        PyErr_SetString(PyExc_ImportError, "PYTORCH_MEMLAB_TRACER=monitoring needs "
+                        "Python 3.12 or newer (sys.monitoring)");
+        return -1;
+    }
+#endif
+    if (settrace_init(module) < 0) {
+        return -1;
+    }
+    return PyModule_AddStringConstant(module, "MECHANISM", memlab_mechanism);
+}
+
+int
+hook_enable(TracerObject *t)
+{
+#if MEMLAB_HAVE_MONITORING
+    if (use_monitoring()) {
+        return monitoring_enable(t);
+    }
+#endif
+    return settrace_enable(t);
+}
+
+int
+hook_disable(TracerObject *t)
+{
+#if MEMLAB_HAVE_MONITORING
+    if (use_monitoring()) {
+        return monitoring_disable(t);
+    }
+#endif
+    return settrace_disable(t);
+}
+
+int
+hook_add_code(TracerObject *t, PyObject *code)
+{
+#if MEMLAB_HAVE_MONITORING
+    if (use_monitoring()) {
+        return monitoring_add_code(t, code);
+    }
+#endif
+    return 0;   /* the settrace hook looks every frame's code up */
+}

@@ -1,0 +1,200 @@
+#include "linetable.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Line span of a code object from co_lines(), so the common case never grows.
+ * Falls back to co_firstlineno alone if co_lines() is unavailable. */
+static void
+code_line_span(PyObject *code, int *first, int *last)
+{
+    int lo = ((PyCodeObject *)code)->co_firstlineno, hi = lo;
+    PyObject *it = PyObject_CallMethod(code, "co_lines", NULL);
+    PyObject *row;
+    if (it == NULL) {
+        PyErr_Clear();
+        *first = lo; *last = hi;
+        return;
+    }
+    PyObject *iter = PyObject_GetIter(it);
+    Py_DECREF(it);
+    if (iter == NULL) {
+        PyErr_Clear();
+        *first = lo; *last = hi;
+        return;
+    }
+    while ((row = PyIter_Next(iter)) != NULL) {
+        PyObject *line = PyTuple_Check(row) && PyTuple_GET_SIZE(row) == 3
+                         ? PyTuple_GET_ITEM(row, 2) : NULL;
+        if (line != NULL && line != Py_None) {
+            long n = PyLong_AsLong(line);
+            if (n > 0 && n < INT32_MAX) {
+                if (n < lo) lo = (int)n;
+                if (n > hi) hi = (int)n;
+            }
+        }
+        Py_DECREF(row);
+    }
+    Py_DECREF(iter);
+    PyErr_Clear();
+    *first = lo; *last = hi;
+}
+
+static int
+linetable_alloc(LineTable *t, int first_line, int n_slots)
+{
+    size_t n = (size_t)n_slots, c = (size_t)t->n_columns;
+    t->hits = calloc(n, sizeof(int64_t));
+    t->growth = calloc(n, sizeof(int64_t));
+    t->values = calloc(n * (c ? c : 1), sizeof(int64_t));
+    t->seen = calloc(n, 1);
+    if (!t->hits || !t->growth || !t->values || !t->seen) {
+        return -1;
+    }
+    t->first_line = first_line;
+    t->n_slots = n_slots;
+    return 0;
+}
+
+static void
+linetable_release_arrays(LineTable *t)
+{
+    free(t->hits); free(t->growth); free(t->values); free(t->seen);
+    t->hits = t->growth = t->values = NULL;
+    t->seen = NULL;
+}
+
+LineTable *
+linetable_new(PyObject *code, int n_columns)
+{
+    int first, last;
+    LineTable *t = calloc(1, sizeof(LineTable));
+    if (t == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    t->n_columns = n_columns;
+    code_line_span(code, &first, &last);
+    if (linetable_alloc(t, first, last - first + 1) < 0) {
+        linetable_release_arrays(t);
+        free(t);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    t->code = Py_NewRef(code);
+    return t;
+}
+
+void
+linetable_free(LineTable *t)
+{
+    if (t == NULL) {
+        return;
+    }
+    Py_CLEAR(t->code);
+    linetable_release_arrays(t);
+    free(t);
+}
+
+void
+linetable_clear(LineTable *t)
+{
+    size_t n = (size_t)t->n_slots, c = (size_t)t->n_columns;
+    memset(t->hits, 0, n * sizeof(int64_t));
+    memset(t->growth, 0, n * sizeof(int64_t));
+    memset(t->values, 0, n * (c ? c : 1) * sizeof(int64_t));
+    memset(t->seen, 0, n);
+}
+
+/* Widen the table so `line` has a slot; existing records keep their lines. */
+static int
+linetable_cover(LineTable *t, int line)
+{
+    LineTable wider = *t;
+    int lo = line < t->first_line ? line : t->first_line;
+    int hi_old = t->first_line + t->n_slots - 1;
+    int hi = line > hi_old ? line : hi_old;
+    size_t c = (size_t)(t->n_columns ? t->n_columns : 1);
+    if (linetable_alloc(&wider, lo, hi - lo + 1) < 0) {
+        linetable_release_arrays(&wider);
+        return -1;
+    }
+    size_t shift = (size_t)(t->first_line - lo), n = (size_t)t->n_slots;
+    memcpy(wider.hits + shift, t->hits, n * sizeof(int64_t));
+    memcpy(wider.growth + shift, t->growth, n * sizeof(int64_t));
+    memcpy(wider.values + shift * c, t->values, n * c * sizeof(int64_t));
+    memcpy(wider.seen + shift, t->seen, n);
+    linetable_release_arrays(t);
+    *t = wider;
+    return 0;
+}
+
+int
+linetable_commit(LineTable *t, int line, int counted, int64_t growth,
+                 const int64_t *values, const memlab_fold *folds)
+{
+    if (line < t->first_line || line >= t->first_line + t->n_slots) {
+        if (line <= 0 || linetable_cover(t, line) < 0) {
+            return -1;
+        }
+    }
+    int slot = line - t->first_line;
+    int64_t *row = t->values + (size_t)slot * (size_t)t->n_columns;
+    int first_time = !t->seen[slot];
+    for (int c = 0; c < t->n_columns; c++) {
+        if (folds[c] == FOLD_SUM) {
+            row[c] += values[c];
+        }
+        else if (first_time || values[c] > row[c]) {
+            row[c] = values[c];
+        }
+    }
+    t->hits[slot] += counted ? 1 : 0;
+    t->growth[slot] += growth;
+    t->seen[slot] = 1;
+    return 0;
+}
+
+static PyObject *
+linetable_row(const LineTable *t, int slot)
+{
+    const int64_t *row = t->values + (size_t)slot * (size_t)t->n_columns;
+    PyObject *values = PyTuple_New(t->n_columns);
+    if (values == NULL) {
+        return NULL;
+    }
+    for (int c = 0; c < t->n_columns; c++) {
+        PyObject *v = PyLong_FromLongLong(row[c]);
+        if (v == NULL) {
+            Py_DECREF(values);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(values, c, v);
+    }
+    return Py_BuildValue("(LLN)", (long long)t->hits[slot],
+                         (long long)t->growth[slot], values);
+}
+
+PyObject *
+linetable_to_dict(const LineTable *t)
+{
+    PyObject *result = PyDict_New();
+    if (result == NULL) {
+        return NULL;
+    }
+    for (int slot = 0; slot < t->n_slots; slot++) {
+        if (!t->seen[slot]) {
+            continue;
+        }
+        PyObject *key = PyLong_FromLong(t->first_line + slot);
+        PyObject *row = key ? linetable_row(t, slot) : NULL;
+        int rc = row ? PyDict_SetItem(result, key, row) : -1;
+        Py_XDECREF(key);
+        Py_XDECREF(row);
+        if (rc < 0) {
+            Py_DECREF(result);
+            return NULL;
+        }
+    }
+    return result;
+}

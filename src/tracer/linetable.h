@@ -1,0 +1,36 @@
+/* Per-code-object aggregation: one record per source line, O(lines). */
+#ifndef MEMLAB_LINETABLE_H
+#define MEMLAB_LINETABLE_H
+
+#include "compat.h"
+#include <stdint.h>
+
+/* How a column folds interval figures together, and executions together. */
+typedef enum { FOLD_MAX = 0, FOLD_SUM = 1 } memlab_fold;
+
+/* Figures for every line of one registered code object. */
+typedef struct {
+    PyObject *code;        /* Owned. The code object; keys this table. */
+    int first_line;        /* line number of slot 0 */
+    int n_slots;           /* lines covered, first_line .. first_line + n_slots - 1 */
+    int n_columns;
+    int64_t *hits;         /* Owned. n_slots: executions of the line */
+    int64_t *growth;       /* Owned. n_slots: summed (level at end - at start) */
+    int64_t *values;       /* Owned. n_slots * n_columns, folded over executions */
+    char *seen;            /* Owned. n_slots: 1 once the line committed anything */
+} LineTable;
+
+/* Returns NULL with MemoryError set. */
+LineTable *linetable_new(PyObject *code, int n_columns);
+void linetable_free(LineTable *table);
+void linetable_clear(LineTable *table);
+
+/* Fold one line execution's figures in.  Hot path: returns -1 on memory
+ * failure without setting an exception. */
+int linetable_commit(LineTable *table, int line, int counted, int64_t growth,
+                     const int64_t *values, const memlab_fold *folds);
+
+/* {lineno: (hits, growth, (values...))}; NULL with an exception set. */
+PyObject *linetable_to_dict(const LineTable *table);
+
+#endif /* MEMLAB_LINETABLE_H */

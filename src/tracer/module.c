@@ -1,0 +1,76 @@
+/* pytorch_memlab._tracer: module init only. */
+#include "tracer.h"
+
+static PyObject *
+source_info(PyObject *module, PyObject *source)
+{
+    return sampler_source_info(source);
+}
+
+/* atexit: disable every tracer so no hook or tool id outlives us. */
+static PyObject *
+shutdown(PyObject *module, PyObject *unused)
+{
+    while (memlab_enabled_tracers != NULL) {
+        PyObject *t = (PyObject *)memlab_enabled_tracers;
+        PyObject *r = PyObject_CallMethod(t, "disable", NULL);
+        if (r == NULL) {
+            PyErr_WriteUnraisable(t);
+            /* disable() unlinks before it can fail; guard against a loop anyway */
+            if (memlab_enabled_tracers == (TracerObject *)t) {
+                memlab_enabled_tracers = ((TracerObject *)t)->next_enabled;
+            }
+        }
+        Py_XDECREF(r);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"source_info", source_info, METH_O, "(name, fields) of a memory source."},
+    {"install_thread_hook", memlab_install_thread_hook, METH_NOARGS,
+     "settrace mechanism: hook the calling thread if a tracer is enabled."},
+    {"_shutdown", shutdown, METH_NOARGS, "Disable every tracer (atexit)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int
+register_atexit(PyObject *module)
+{
+    PyObject *atexit = PyImport_ImportModule("atexit");
+    PyObject *func = atexit ? PyObject_GetAttrString(module, "_shutdown") : NULL;
+    PyObject *r = func ? PyObject_CallMethod(atexit, "register", "O", func) : NULL;
+    Py_XDECREF(atexit);
+    Py_XDECREF(func);
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
+static int
+tracer_exec(PyObject *module)
+{
+    if (tracer_type_init(module) < 0 || hooks_init(module) < 0) {
+        return -1;
+    }
+    return register_atexit(module);
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, tracer_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef tracer_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "pytorch_memlab._tracer",
+    .m_doc = "Per-line memory tracer (C core; knows nothing about torch).",
+    .m_size = 0,
+    .m_methods = module_methods,
+    .m_slots = module_slots,
+};
+
+PyMODINIT_FUNC
+PyInit__tracer(void)
+{
+    return PyModuleDef_Init(&tracer_module);
+}

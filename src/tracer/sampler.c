@@ -1,0 +1,346 @@
+#include "sampler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the source's identity -------------------------------------------- */
+
+static const memlab_source *
+capsule_source(PyObject *source)
+{
+    if (!PyCapsule_IsValid(source, MEMLAB_SOURCE_CAPSULE)) {
+        return NULL;
+    }
+    const memlab_source *src = PyCapsule_GetPointer(source, MEMLAB_SOURCE_CAPSULE);
+    if (src == NULL) {
+        return NULL;
+    }
+    if (src->abi_version != MEMLAB_SOURCE_ABI_VERSION) {
+        PyErr_Format(PyExc_ImportError,
+                     "memory source ABI %d, tracer expects %d: rebuild pytorch_memlab "
+                     "(pip install --no-build-isolation --force-reinstall --no-deps "
+                     "pytorch-memlab)", src->abi_version, MEMLAB_SOURCE_ABI_VERSION);
+        return NULL;
+    }
+    return src;
+}
+
+/* (name, fields) as Python objects; NULL with an exception set. */
+PyObject *
+sampler_source_info(PyObject *source)
+{
+    if (PyCapsule_CheckExact(source)) {
+        const memlab_source *src = capsule_source(source);
+        if (src == NULL) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_TypeError, "capsule is not a pytorch_memlab memory source");
+            }
+            return NULL;
+        }
+        PyObject *fields = PyTuple_New(src->n_fields);
+        if (fields == NULL) {
+            return NULL;
+        }
+        for (int i = 0; i < src->n_fields; i++) {
+            PyObject *name = PyUnicode_FromString(src->field_names[i]);
+            if (name == NULL) {
+                Py_DECREF(fields);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(fields, i, name);
+        }
+        return Py_BuildValue("(sN)", src->name, fields);
+    }
+    PyObject *name = PyObject_GetAttrString(source, "name");
+    PyObject *fields = name ? PyObject_GetAttrString(source, "fields") : NULL;
+    PyObject *tuple = fields ? PySequence_Tuple(fields) : NULL;
+    Py_XDECREF(fields);
+    if (tuple == NULL) {
+        Py_XDECREF(name);
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_SetString(PyExc_TypeError, "a memory source is a pytorch_memlab capsule "
+                            "or an object with name, fields, prepare(), sample(), reset_peaks()");
+        }
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", name, tuple);
+}
+
+/* ---- columns ----------------------------------------------------------- */
+
+static column_kind
+kind_of(const char *field)
+{
+    const char *dot = strrchr(field, '.');
+    const char *last = dot ? dot + 1 : field;
+    if (strcmp(last, "peak") == 0) {
+        return COLUMN_PEAK;
+    }
+    if (strcmp(last, "allocated") == 0 || strcmp(last, "freed") == 0) {
+        return COLUMN_COUNTER;
+    }
+    return COLUMN_LEVEL;
+}
+
+static int
+field_index(PyObject *fields, PyObject *name)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(fields);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(fields, i), name, Py_EQ);
+        if (eq < 0) {
+            return -2;
+        }
+        if (eq) {
+            return (int)i;
+        }
+    }
+    PyObject *sep = PyUnicode_FromString(", ");
+    PyObject *valid = sep ? PyUnicode_Join(sep, fields) : NULL;
+    Py_XDECREF(sep);
+    if (valid == NULL) {
+        return -2;
+    }
+    PyErr_Format(PyExc_ValueError, "unknown column %R; valid columns: %U", name, valid);
+    Py_DECREF(valid);
+    return -2;
+}
+
+static int
+sampler_pick_columns(Sampler *s, PyObject *fields, PyObject *columns)
+{
+    PyObject *seq = PySequence_Tuple(columns);
+    if (seq == NULL) {
+        return -1;
+    }
+    int n = (int)PyTuple_GET_SIZE(seq), ret = -1;
+    s->n_columns = n;
+    s->field_of = calloc((size_t)n + 1, sizeof(int));
+    s->kinds = calloc((size_t)n + 1, sizeof(column_kind));
+    s->folds = calloc((size_t)n + 1, sizeof(memlab_fold));
+    s->last_counter = calloc((size_t)n + 1, sizeof(int64_t));
+    if (!s->field_of || !s->kinds || !s->folds || !s->last_counter) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    for (int c = 0; c < n; c++) {
+        PyObject *name = PyTuple_GET_ITEM(seq, c);
+        int f = field_index(fields, name);
+        if (f < 0) {
+            goto error;
+        }
+        s->field_of[c] = f;
+        s->kinds[c] = kind_of(PyUnicode_AsUTF8(PyTuple_GET_ITEM(fields, f)));
+        s->folds[c] = s->kinds[c] == COLUMN_COUNTER ? FOLD_SUM : FOLD_MAX;
+        s->has_peaks |= s->kinds[c] == COLUMN_PEAK;
+    }
+    ret = 0;
+error:
+    Py_DECREF(seq);
+    return ret;
+}
+
+int
+sampler_init(Sampler *s, PyObject *source, int device, PyObject *columns,
+             PyObject *growth_field)
+{
+    int ret = -1;
+    PyObject *info = sampler_source_info(source);
+    if (info == NULL) {
+        return -1;
+    }
+    PyObject *fields = PyTuple_GET_ITEM(info, 1);
+    s->csource = PyCapsule_CheckExact(source) ? capsule_source(source) : NULL;
+    s->owner = Py_NewRef(source);
+    s->device = device;
+    s->n_fields = (int)PyTuple_GET_SIZE(fields);
+    s->growth_field = -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i++) {
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(fields, i))) {
+            PyErr_SetString(PyExc_TypeError, "source field names must be str");
+            goto error;
+        }
+    }
+    s->reading = calloc((size_t)s->n_fields + 1, sizeof(int64_t));
+    if (s->reading == NULL) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    if (sampler_pick_columns(s, fields, columns) < 0) {
+        goto error;
+    }
+    if (growth_field != NULL && growth_field != Py_None) {
+        s->growth_field = field_index(fields, growth_field);
+        if (s->growth_field < 0) {
+            goto error;
+        }
+    }
+    ret = 0;
+error:
+    Py_DECREF(info);
+    return ret;
+}
+
+void
+sampler_dealloc(Sampler *s)
+{
+    Py_CLEAR(s->owner);
+    free(s->field_of); free(s->kinds); free(s->folds);
+    free(s->reading); free(s->last_counter);
+    s->field_of = NULL; s->kinds = NULL; s->folds = NULL;
+    s->reading = NULL; s->last_counter = NULL;
+}
+
+static PyObject *
+sampler_field_name(const Sampler *s, int field)
+{
+    if (s->csource != NULL) {
+        return PyUnicode_FromString(s->csource->field_names[field]);
+    }
+    PyObject *info = sampler_source_info(s->owner);
+    if (info == NULL) {
+        return NULL;
+    }
+    PyObject *name = Py_NewRef(PyTuple_GET_ITEM(PyTuple_GET_ITEM(info, 1), field));
+    Py_DECREF(info);
+    return name;
+}
+
+PyObject *
+sampler_columns(const Sampler *s)
+{
+    PyObject *names = PyTuple_New(s->n_columns);
+    for (int c = 0; names != NULL && c < s->n_columns; c++) {
+        PyObject *name = sampler_field_name(s, s->field_of[c]);
+        if (name == NULL) {
+            Py_CLEAR(names);
+            break;
+        }
+        PyTuple_SET_ITEM(names, c, name);
+    }
+    return names;
+}
+
+PyObject *
+sampler_growth_name(const Sampler *s)
+{
+    if (s->growth_field < 0) {
+        Py_RETURN_NONE;
+    }
+    return sampler_field_name(s, s->growth_field);
+}
+
+/* ---- reading the device -------------------------------------------------- */
+
+/* Python source: sample(device) -> sequence of ints.  Fallback path only. */
+static int
+python_read(Sampler *s)
+{
+    int ret = -1;
+    PyObject *seq = NULL;
+    PyObject *values = PyObject_CallMethod(s->owner, "sample", "i", s->device);
+    if (values == NULL) {
+        return -1;
+    }
+    seq = PySequence_Fast(values, "sample() must return a sequence of ints");
+    if (seq == NULL) {
+        goto error;
+    }
+    if (PySequence_Fast_GET_SIZE(seq) != s->n_fields) {
+        PyErr_Format(PyExc_ValueError, "sample() returned %zd values for %d fields",
+                     PySequence_Fast_GET_SIZE(seq), s->n_fields);
+        goto error;
+    }
+    for (int f = 0; f < s->n_fields; f++) {
+        long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, f));
+        if (v == -1 && PyErr_Occurred()) {
+            goto error;
+        }
+        s->reading[f] = (int64_t)v;
+    }
+    ret = 0;
+error:
+    Py_XDECREF(seq);
+    Py_DECREF(values);
+    return ret;
+}
+
+static int
+python_reset(Sampler *s)
+{
+    PyObject *r = PyObject_CallMethod(s->owner, "reset_peaks", "i", s->device);
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
+/* Read and reset; a Python source's error is reported, never propagated. */
+static int
+sampler_read(Sampler *s)
+{
+    if (s->csource != NULL) {
+        if (s->csource->sample(s->device, s->reading) < 0) {
+            return -1;
+        }
+        return s->has_peaks ? s->csource->reset_peaks(s->device) : 0;
+    }
+    memlab_saved_exc saved;
+    memlab_save_exc(&saved);
+    int rc = python_read(s);
+    if (rc == 0 && s->has_peaks) {
+        rc = python_reset(s);
+    }
+    if (rc < 0) {
+        PyErr_WriteUnraisable(s->owner);
+    }
+    memlab_restore_exc(&saved);
+    return rc;
+}
+
+int
+sampler_start(Sampler *s)
+{
+    if (s->csource != NULL) {
+        char err[256] = {0};
+        if (s->csource->prepare(s->device, err, (int)sizeof(err)) < 0) {
+            PyErr_Format(PyExc_RuntimeError, "%s device %d: %s", s->csource->name,
+                         s->device, err[0] ? err : "cannot be read");
+            return -1;
+        }
+    }
+    else {
+        PyObject *r = PyObject_CallMethod(s->owner, "prepare", "i", s->device);
+        if (r == NULL) {
+            return -1;
+        }
+        Py_DECREF(r);
+    }
+    if (sampler_read(s) < 0) {
+        PyErr_Format(PyExc_RuntimeError, "cannot read device %d of the memory source",
+                     s->device);
+        return -1;
+    }
+    for (int c = 0; c < s->n_columns; c++) {
+        s->last_counter[c] = s->reading[s->field_of[c]];
+    }
+    return 0;
+}
+
+int
+sampler_take(Sampler *s, int64_t *interval, int64_t *level)
+{
+    if (sampler_read(s) < 0) {
+        return -1;
+    }
+    for (int c = 0; c < s->n_columns; c++) {
+        int64_t v = s->reading[s->field_of[c]];
+        if (s->kinds[c] == COLUMN_COUNTER) {
+            interval[c] = v - s->last_counter[c];
+            s->last_counter[c] = v;
+        }
+        else {
+            interval[c] = v;
+        }
+    }
+    *level = s->growth_field >= 0 ? s->reading[s->growth_field] : 0;
+    return 0;
+}

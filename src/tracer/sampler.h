@@ -1,0 +1,46 @@
+/* Reads one device of a memory source and turns readings into per-interval
+ * figures for the chosen columns. */
+#ifndef MEMLAB_SAMPLER_H
+#define MEMLAB_SAMPLER_H
+
+#include "linetable.h"
+#include "memlab/source.h"
+
+/* How a column's reading becomes an interval figure. */
+typedef enum {
+    COLUMN_PEAK,      /* "*.peak": peak since the last reset; peaks reset each sample */
+    COLUMN_COUNTER,   /* "*.allocated" / "*.freed": delta since the last sample */
+    COLUMN_LEVEL      /* anything else: the reading itself */
+} column_kind;
+
+typedef struct {
+    const memlab_source *csource;  /* Borrowed: static storage in the shim. */
+    PyObject *owner;               /* Owned. the capsule, or the Python source */
+    int device;
+    int n_fields;
+    int n_columns;
+    int *field_of;                 /* Owned. column -> field index */
+    column_kind *kinds;            /* Owned. per column */
+    memlab_fold *folds;            /* Owned. per column */
+    int growth_field;              /* field index, -1 for none */
+    int has_peaks;
+    int64_t *reading;              /* Owned. n_fields: the latest sample */
+    int64_t *last_counter;         /* Owned. n_columns: previous counter readings */
+} Sampler;
+
+/* Python-facing helpers; return NULL / -1 with an exception set. */
+PyObject *sampler_source_info(PyObject *source);
+int sampler_init(Sampler *s, PyObject *source, int device, PyObject *columns,
+                 PyObject *growth_field);
+void sampler_dealloc(Sampler *s);
+PyObject *sampler_columns(const Sampler *s);
+PyObject *sampler_growth_name(const Sampler *s);
+
+/* Control path: prepare the device, take a first reading, reset peaks. */
+int sampler_start(Sampler *s);
+
+/* Hot path: interval figures into `interval`, growth field's level into
+ * *level.  Never raises; returns -1 if the device could not be read. */
+int sampler_take(Sampler *s, int64_t *interval, int64_t *level);
+
+#endif /* MEMLAB_SAMPLER_H */

@@ -1,0 +1,50 @@
+/* Per-thread stacks of the profiled frames that are running right now. */
+#ifndef MEMLAB_THREADSTACK_H
+#define MEMLAB_THREADSTACK_H
+
+#include "linetable.h"
+
+/* One running (or resumed) profiled frame and its current line. */
+typedef struct {
+    LineTable *table;      /* Borrowed: the tracer's CodeMap owns it. */
+    int line;              /* current line; -1 before the first line event */
+    int counted;           /* 0 when the line continues an execution counted
+                              before a yield */
+    int64_t start_level;   /* growth field's value when the line began */
+} Frame;
+
+/* The profiled frames of one thread, innermost last.  pending holds, per
+ * frame, the figures folded so far for its current line. */
+typedef struct {
+    const void *thread;    /* Borrowed, identity only: the PyThreadState */
+    Frame *frames;         /* Owned. */
+    int64_t *pending;      /* Owned. capacity * n_columns */
+    int depth;
+    int capacity;
+} ThreadStack;
+
+/* Every thread's stack; threads are few, so a short array with a cache. */
+typedef struct {
+    ThreadStack *stacks;   /* Owned. */
+    int n_stacks;
+    int cap_stacks;
+    int last;              /* index of the stack used last */
+    int n_columns;
+} ThreadStacks;
+
+void threadstacks_init(ThreadStacks *all, int n_columns);
+void threadstacks_dealloc(ThreadStacks *all);
+
+/* The stack of `thread`, made if needed; NULL when out of memory. */
+ThreadStack *threadstacks_get(ThreadStacks *all, const void *thread);
+
+static inline int64_t *
+threadstack_pending(ThreadStack *stack, int n_columns, int index)
+{
+    return stack->pending + (size_t)index * (size_t)n_columns;
+}
+
+/* Push a frame (pending zeroed); NULL when out of memory. */
+Frame *threadstack_push(ThreadStack *stack, int n_columns);
+
+#endif /* MEMLAB_THREADSTACK_H */

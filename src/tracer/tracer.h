@@ -1,0 +1,50 @@
+/* The Tracer: one profiler's registered code, per-thread stacks and line
+ * tables, fed by whichever hook this interpreter uses. */
+#ifndef MEMLAB_TRACER_H
+#define MEMLAB_TRACER_H
+
+#include "codemap.h"
+#include "sampler.h"
+#include "threadstack.h"
+
+typedef struct TracerObject {
+    PyObject_HEAD
+    Sampler sampler;
+    CodeMap codes;
+    ThreadStacks threads;
+    int64_t *interval;             /* Owned. scratch: n_columns figures */
+    int enabled;
+    int in_callback;               /* re-entry guard: a Python source runs code */
+    Py_ssize_t sample_errors;      /* readings that failed (reported at stats()) */
+    Py_ssize_t memory_errors;      /* commits lost to a failed allocation */
+    int tool_id;                   /* sys.monitoring tool id, -1 when none */
+    struct TracerObject *next_enabled;  /* Borrowed. the enabled-tracers list */
+    PyObject *weakreflist;
+} TracerObject;
+
+/* Events, mechanism-independent.  Hot path: never raise. */
+void tracer_on_start(TracerObject *t, LineTable *table, int line);
+void tracer_on_line(TracerObject *t, LineTable *table, int line);
+void tracer_on_leave(TracerObject *t, LineTable *table);
+
+/* Commit and drop every open frame of every thread. */
+void tracer_close_all_frames(TracerObject *t);
+
+/* The enabled tracers, newest first (both mechanisms use it; the settrace
+ * hook dispatches through it, atexit disables through it). */
+extern TracerObject *memlab_enabled_tracers;
+
+/* Mechanism hooks: 0, or -1 with an exception set. */
+int hook_enable(TracerObject *t);
+int hook_disable(TracerObject *t);
+int hook_add_code(TracerObject *t, PyObject *code);
+extern const char *memlab_mechanism;   /* "monitoring" or "settrace" */
+
+/* Chooses the mechanism; called once at module exec. */
+int hooks_init(PyObject *module);
+
+PyObject *memlab_install_thread_hook(PyObject *module, PyObject *unused);
+
+int tracer_type_init(PyObject *module);
+
+#endif /* MEMLAB_TRACER_H */

@@ -1,0 +1,333 @@
+/* The Python face of a Tracer: construction, registration, control, stats. */
+#include "tracer.h"
+
+#include <stdlib.h>
+
+static int
+Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"source", "device", "columns", "growth_field", NULL};
+    PyObject *source, *columns, *growth = Py_None;
+    int device;
+    if (self->interval != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Tracer is already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OiO|O:Tracer", kwlist,
+                                     &source, &device, &columns, &growth)) {
+        return -1;
+    }
+    if (PyUnicode_Check(columns)) {
+        PyErr_SetString(PyExc_TypeError, "columns must be a sequence of str, not one str");
+        return -1;
+    }
+    if (sampler_init(&self->sampler, source, device, columns, growth) < 0) {
+        return -1;
+    }
+    int n = self->sampler.n_columns;
+    self->interval = calloc((size_t)n + 1, sizeof(int64_t));
+    if (self->interval == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    codemap_init(&self->codes);
+    threadstacks_init(&self->threads, n);
+    self->tool_id = -1;
+    return 0;
+}
+
+static int
+tracer_ready(TracerObject *self)
+{
+    if (self->interval == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Tracer.__init__ was not called");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *
+Tracer_add_code(TracerObject *self, PyObject *code)
+{
+    int added;
+    if (!tracer_ready(self)) {
+        return NULL;
+    }
+    if (!PyCode_Check(code)) {
+        PyErr_Format(PyExc_TypeError, "add_code() takes a code object, not %.100s "
+                     "(pass func.__code__)", Py_TYPE(code)->tp_name);
+        return NULL;
+    }
+    if (codemap_add(&self->codes, code, self->sampler.n_columns, &added) == NULL) {
+        return NULL;
+    }
+    if (added && self->enabled && hook_add_code(self, code) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Tracer_codes(TracerObject *self, PyObject *unused)
+{
+    PyObject *list = PyList_New(0);
+    for (int i = 0; list != NULL && i < self->codes.n_tables; i++) {
+        if (PyList_Append(list, self->codes.tables[i]->code) < 0) {
+            Py_CLEAR(list);
+        }
+    }
+    return list;
+}
+
+static void
+enabled_list_remove(TracerObject *t)
+{
+    TracerObject **link = &memlab_enabled_tracers;
+    while (*link != NULL && *link != t) {
+        link = &(*link)->next_enabled;
+    }
+    if (*link == t) {
+        *link = t->next_enabled;
+    }
+    t->next_enabled = NULL;
+}
+
+static PyObject *
+Tracer_enable(TracerObject *self, PyObject *unused)
+{
+    if (!tracer_ready(self)) {
+        return NULL;
+    }
+    if (self->enabled) {
+        Py_RETURN_NONE;
+    }
+    if (sampler_start(&self->sampler) < 0) {
+        return NULL;
+    }
+    self->next_enabled = memlab_enabled_tracers;
+    memlab_enabled_tracers = self;
+    self->enabled = 1;
+    if (hook_enable(self) < 0) {
+        self->enabled = 0;
+        enabled_list_remove(self);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* Also used by dealloc and atexit: never leaves a hook behind. */
+static int
+tracer_disable(TracerObject *self)
+{
+    if (!self->enabled) {
+        return 0;
+    }
+    tracer_close_all_frames(self);
+    self->enabled = 0;
+    enabled_list_remove(self);
+    return hook_disable(self);
+}
+
+static PyObject *
+Tracer_disable(TracerObject *self, PyObject *unused)
+{
+    if (tracer_disable(self) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* Lines after this read another device (set_target_gpu inside a profiled
+ * function).  The open interval is folded from the old device first. */
+static PyObject *
+Tracer_set_device(TracerObject *self, PyObject *arg)
+{
+    int device = PyLong_AsLong(arg);
+    if (device == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!tracer_ready(self)) {
+        return NULL;
+    }
+    if (device < 0) {
+        PyErr_SetString(PyExc_ValueError, "device index must be >= 0");
+        return NULL;
+    }
+    int old = self->sampler.device;
+    self->sampler.device = device;
+    if (self->enabled && sampler_start(&self->sampler) < 0) {
+        self->sampler.device = old;
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Tracer_clear(TracerObject *self, PyObject *unused)
+{
+    for (int i = 0; i < self->codes.n_tables; i++) {
+        linetable_clear(self->codes.tables[i]);
+    }
+    self->sample_errors = self->memory_errors = 0;
+    Py_RETURN_NONE;
+}
+
+static int
+warn_lost(TracerObject *self)
+{
+    if (self->sample_errors == 0 && self->memory_errors == 0) {
+        return 0;
+    }
+    return PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+                            "pytorch_memlab: %zd readings of the memory source failed and "
+                            "%zd line records were lost to memory errors; figures are partial",
+                            self->sample_errors, self->memory_errors);
+}
+
+static PyObject *
+Tracer_stats(TracerObject *self, PyObject *unused)
+{
+    if (!tracer_ready(self) || warn_lost(self) < 0) {
+        return NULL;
+    }
+    PyObject *result = PyDict_New();
+    for (int i = 0; result != NULL && i < self->codes.n_tables; i++) {
+        LineTable *table = self->codes.tables[i];
+        PyObject *lines = linetable_to_dict(table);
+        if (lines == NULL || PyDict_SetItem(result, table->code, lines) < 0) {
+            Py_CLEAR(result);
+        }
+        Py_XDECREF(lines);
+    }
+    return result;
+}
+
+static PyObject *
+Tracer_get_columns(TracerObject *self, void *closure)
+{
+    return tracer_ready(self) ? sampler_columns(&self->sampler) : NULL;
+}
+
+static PyObject *
+Tracer_get_growth_field(TracerObject *self, void *closure)
+{
+    return tracer_ready(self) ? sampler_growth_name(&self->sampler) : NULL;
+}
+
+static PyObject *
+Tracer_get_enabled(TracerObject *self, void *closure)
+{
+    return PyBool_FromLong(self->enabled);
+}
+
+static PyObject *
+Tracer_get_device(TracerObject *self, void *closure)
+{
+    return PyLong_FromLong(self->sampler.device);
+}
+
+static PyObject *
+Tracer_get_sample_errors(TracerObject *self, void *closure)
+{
+    return PyLong_FromSsize_t(self->sample_errors);
+}
+
+static PyObject *
+Tracer_get_tool_id(TracerObject *self, void *closure)
+{
+    return PyLong_FromLong(self->tool_id);
+}
+
+static int
+Tracer_traverse(TracerObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->sampler.owner);
+    return 0;
+}
+
+static void
+Tracer_dealloc(TracerObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    if (self->enabled) {
+        memlab_saved_exc saved;
+        memlab_save_exc(&saved);
+        if (tracer_disable(self) < 0) {
+            PyErr_WriteUnraisable((PyObject *)self);
+        }
+        memlab_restore_exc(&saved);
+    }
+    if (self->weakreflist != NULL) {
+        PyObject_ClearWeakRefs((PyObject *)self);
+    }
+    codemap_dealloc(&self->codes);
+    threadstacks_dealloc(&self->threads);
+    sampler_dealloc(&self->sampler);
+    free(self->interval);
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+static PyMethodDef Tracer_methods[] = {
+    {"add_code", (PyCFunction)Tracer_add_code, METH_O, "Register a code object."},
+    {"codes", (PyCFunction)Tracer_codes, METH_NOARGS, "Registered code objects."},
+    {"enable", (PyCFunction)Tracer_enable, METH_NOARGS, "Start receiving events."},
+    {"disable", (PyCFunction)Tracer_disable, METH_NOARGS,
+     "Commit open lines and remove every hook."},
+    {"set_device", (PyCFunction)Tracer_set_device, METH_O,
+     "Read another device from the next event on."},
+    {"clear", (PyCFunction)Tracer_clear, METH_NOARGS, "Forget the figures."},
+    {"stats", (PyCFunction)Tracer_stats, METH_NOARGS,
+     "{code: {line: (count, net_growth, values)}}"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Tracer_getset[] = {
+    {"columns", (getter)Tracer_get_columns, NULL, "column names", NULL},
+    {"growth_field", (getter)Tracer_get_growth_field, NULL, "net growth's field", NULL},
+    {"enabled", (getter)Tracer_get_enabled, NULL, "receiving events", NULL},
+    {"device", (getter)Tracer_get_device, NULL, "device index", NULL},
+    {"sample_errors", (getter)Tracer_get_sample_errors, NULL, "failed readings", NULL},
+    {"tool_id", (getter)Tracer_get_tool_id, NULL, "sys.monitoring tool id or -1", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef Tracer_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(TracerObject, weakreflist), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot Tracer_slots[] = {
+    {Py_tp_doc, "Per-line memory tracer for registered code objects."},
+    {Py_tp_init, Tracer_init},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_dealloc, Tracer_dealloc},
+    {Py_tp_traverse, Tracer_traverse},
+    {Py_tp_methods, Tracer_methods},
+    {Py_tp_getset, Tracer_getset},
+    {Py_tp_members, Tracer_members},
+    {0, NULL},
+};
+
+static PyType_Spec Tracer_spec = {
+    .name = "pytorch_memlab._tracer.Tracer",
+    .basicsize = sizeof(TracerObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .slots = Tracer_slots,
+};
+
+int
+tracer_type_init(PyObject *module)
+{
+    PyObject *type = PyType_FromModuleAndSpec(module, &Tracer_spec, NULL);
+    if (type == NULL) {
+        return -1;
+    }
+    int rc = PyModule_AddObject(module, "Tracer", type);
+    if (rc < 0) {
+        Py_DECREF(type);
+    }
+    return rc;
+}
