@@ -1,0 +1,322 @@
+// The CPU source: c10 keeps no statistics for CPU tensors, so prepare()
+// installs a counting wrapper over the current CPU allocator.
+//
+// The wrapper must look exactly like a "simple" allocator to the rest of
+// torch: ctx == data, one static deleter, raw_deleter() returning it.
+// oneDNN / to_mkldnn allocate and free through the raw interface and assert
+// on anything else, so sizes live in a side table keyed by pointer rather
+// than in a per-allocation context.
+//
+// Fields (sorted, like torch.cuda.memory_stats()):
+//   active_bytes.all.*    bytes requested through the wrapper and not freed
+//   allocation.all.*      number of those blocks
+//   reserved_bytes.all.*  same as active_bytes: the CPU allocator caches
+//                         nothing, so reserved == active
+// each with .current/.peak/.allocated/.freed.  Memory allocated before the
+// wrapper was installed is never counted, not even when freed.
+#include "compat.h"
+#include "shim.h"
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+namespace {
+
+// Running totals of one quantity (bytes or blocks).  Atomics, so sample()
+// and reset_peaks() never wait on the allocation path.
+struct Counter {
+    std::atomic<int64_t> current{0};
+    std::atomic<int64_t> peak{0};
+    std::atomic<int64_t> allocated{0};
+    std::atomic<int64_t> freed{0};
+
+    void increase(int64_t n) noexcept {
+        const int64_t now = current.fetch_add(n, std::memory_order_relaxed) + n;
+        allocated.fetch_add(n, std::memory_order_relaxed);
+        int64_t seen = peak.load(std::memory_order_relaxed);
+        while (now > seen &&
+               !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+        }
+    }
+
+    void decrease(int64_t n) noexcept {
+        current.fetch_sub(n, std::memory_order_relaxed);
+        freed.fetch_add(n, std::memory_order_relaxed);
+    }
+
+    void reset_peak() noexcept {
+        peak.store(current.load(std::memory_order_relaxed),
+                   std::memory_order_relaxed);
+    }
+};
+
+// One live block handed out by the wrapper.
+struct Block {
+    std::size_t size;
+    c10::DeleterFnPtr deleter;  // the base's deleter for this block
+};
+
+// Everything the wrapper needs.  Heap-allocated at install and never freed:
+// tensors can be released during interpreter or static teardown and their
+// deleter must still find this.
+struct CpuState {
+    c10::Allocator *base;           // Borrowed: c10's registry never frees it.
+    c10::DeleterFnPtr base_delete;  // base->raw_deleter() at install time.
+    std::mutex mutex;               // guards `live`
+    std::unordered_map<void *, Block> live;
+    Counter bytes;
+    Counter blocks;
+};
+
+std::atomic<CpuState *> g_state{nullptr};
+
+// The one deleter of every block the wrapper hands out.  Unknown pointers
+// (someone mixed raw_allocate of the base with our raw_deleter) are still
+// freed, by the base's raw deleter, just not counted.
+void counted_delete(void *ptr) {
+    CpuState *state = g_state.load(std::memory_order_acquire);
+    c10::DeleterFnPtr deleter = state->base_delete;
+    bool known = false;
+    std::size_t size = 0;
+    if (ptr != nullptr) {
+        std::lock_guard<std::mutex> lock(state->mutex);
+        auto it = state->live.find(ptr);
+        if (it != state->live.end()) {
+            known = true;
+            size = it->second.size;
+            deleter = it->second.deleter;
+            state->live.erase(it);
+        }
+    }
+    if (known) {
+        state->bytes.decrease(static_cast<int64_t>(size));
+        state->blocks.decrease(1);
+    }
+    deleter(ptr);
+}
+
+// Records `ptr` as live.  Called before the block leaves the base's
+// DataPtr, so an exception here still frees it.
+void remember(CpuState *state, void *ptr, std::size_t size,
+              c10::DeleterFnPtr deleter) {
+    Block stale{0, nullptr};
+    {
+        std::lock_guard<std::mutex> lock(state->mutex);
+        auto [it, inserted] = state->live.try_emplace(ptr, Block{size, deleter});
+        if (!inserted) {
+            // The address was freed behind our back and reused: retire the
+            // stale entry so the totals do not drift.
+            stale = it->second;
+            it->second = Block{size, deleter};
+        }
+    }
+    if (stale.deleter != nullptr) {
+        state->bytes.decrease(static_cast<int64_t>(stale.size));
+        state->blocks.decrease(1);
+    }
+    state->bytes.increase(static_cast<int64_t>(size));
+    state->blocks.increase(1);
+}
+
+// The wrapper registered with c10::SetCPUAllocator.
+class CountingAllocator final : public c10::Allocator {
+  public:
+    c10::DataPtr allocate(std::size_t n) MEMLAB_ALLOCATE_CONST override {
+        CpuState *state = g_state.load(std::memory_order_acquire);
+        c10::DataPtr data = state->base->allocate(n);
+        void *ptr = data.get();
+        // Only simple blocks can be re-wrapped with our deleter; anything
+        // else (a zero-byte null block, a context object) passes through
+        // untouched and uncounted.
+        if (ptr == nullptr || data.get_context() != ptr ||
+            data.get_deleter() == nullptr)
+            return data;
+        remember(state, ptr, n, data.get_deleter());
+        const c10::Device device = data.device();
+        (void)data.release_context();  // ownership moves to the new DataPtr
+        return c10::DataPtr(ptr, ptr, &counted_delete, device);
+    }
+
+    c10::DeleterFnPtr raw_deleter() const override { return &counted_delete; }
+
+#if MEMLAB_HAVE_COPY_DATA
+    void copy_data(void *dest, const void *src, std::size_t count) const override {
+        g_state.load(std::memory_order_acquire)->base->copy_data(dest, src, count);
+    }
+#else
+    // Older c10 may declare copy_data as an optional virtual: define it
+    // plainly so that it overrides where it exists.
+    void copy_data(void *dest, const void *src, std::size_t count) const {
+        std::memcpy(dest, src, count);
+    }
+#endif
+};
+
+// A fork while another thread holds the table's mutex would leave the
+// child's copy locked forever (DataLoader workers fork): hold it across
+// fork(), like glibc does for malloc.  Remember which state was locked, in
+// case a failed install clears g_state meanwhile.
+CpuState *g_fork_locked = nullptr;
+
+void lock_for_fork() {
+    CpuState *state = g_state.load(std::memory_order_acquire);
+    if (state != nullptr)
+        state->mutex.lock();
+    g_fork_locked = state;
+}
+
+void unlock_after_fork() {
+    if (g_fork_locked != nullptr)
+        g_fork_locked->mutex.unlock();
+    g_fork_locked = nullptr;
+}
+
+// Serialises prepare() calls; never taken on the allocation path.
+std::mutex g_install_mutex;
+CountingAllocator *g_wrapper = nullptr;  // Borrowed: c10 owns it once registered.
+
+// Installs the wrapper once; later calls check it is still the allocator.
+int install(char *err, int err_len) {
+    std::lock_guard<std::mutex> lock(g_install_mutex);
+    if (g_wrapper != nullptr) {
+        if (c10::GetCPUAllocator() == g_wrapper)
+            return 0;
+        memlab::copy_error(err, err_len,
+                           "the CPU allocator was replaced after pytorch_memlab "
+                           "installed its counting wrapper; CPU memory can no "
+                           "longer be counted");
+        return -1;
+    }
+
+    c10::Allocator *base = c10::GetCPUAllocator();
+    if (base == nullptr) {
+        memlab::copy_error(err, err_len, "torch has no CPU allocator registered");
+        return -1;
+    }
+    c10::DeleterFnPtr base_delete = base->raw_deleter();
+    if (base_delete == nullptr) {
+        memlab::copy_error(err, err_len,
+                           "the current CPU allocator has no raw deleter, so it "
+                           "cannot be wrapped safely; CPU profiling is unavailable");
+        return -1;
+    }
+    {
+        // Wrapping is only transparent if the base hands out simple blocks.
+        c10::DataPtr probe = base->allocate(64);
+        if (probe.get() == nullptr || probe.get_context() != probe.get()) {
+            memlab::copy_error(err, err_len,
+                               "the current CPU allocator returns blocks whose "
+                               "context is not the data pointer; wrapping it "
+                               "would break oneDNN, so CPU profiling is unavailable");
+            return -1;
+        }
+    }
+
+    // The state must exist before the wrapper can be reached by any thread.
+    auto *state = new CpuState();
+    state->base = base;
+    state->base_delete = base_delete;
+    g_state.store(state, std::memory_order_release);
+    static bool fork_hooked = false;
+    if (!fork_hooked)
+        fork_hooked = pthread_atfork(lock_for_fork, unlock_after_fork,
+                                     unlock_after_fork) == 0;
+
+    auto *wrapper = new CountingAllocator();
+    // Priority 1 beats c10's default (0); a tie with an earlier priority-1
+    // allocator also wins, and that allocator becomes our base.
+    c10::SetCPUAllocator(wrapper, /*priority=*/1);
+    if (c10::GetCPUAllocator() != wrapper) {
+        // Refused: the wrapper was never reachable, so nothing refers to it
+        // or to `state`.  Both are leaked (a few bytes, once).
+        g_state.store(nullptr, std::memory_order_release);
+        memlab::copy_error(err, err_len,
+                           "another CPU allocator is registered with a higher "
+                           "priority; CPU memory cannot be counted");
+        return -1;
+    }
+    g_wrapper = wrapper;  // c10 owns it now and never frees it
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+// The three entry points of the contract.  The device index is ignored: there
+// is one CPU allocator.
+
+int cpu_prepare(int device, char *err, int err_len) noexcept {
+    try {
+        return install(err, err_len);
+    } catch (const c10::Error &e) {
+        memlab::copy_error(err, err_len, e.what_without_backtrace());
+    } catch (const std::exception &e) {
+        memlab::copy_error(err, err_len, e.what());
+    } catch (...) {
+        memlab::copy_error(err, err_len, "unknown C++ exception installing the CPU counter");
+    }
+    return -1;
+}
+
+int cpu_sample(int device, int64_t *out) noexcept {
+    const CpuState *state = g_state.load(std::memory_order_acquire);
+    if (state == nullptr)
+        return -1;  // not prepared: there is nothing to read yet
+    const auto rel = std::memory_order_relaxed;
+    const int64_t bytes[4] = {state->bytes.allocated.load(rel),
+                              state->bytes.current.load(rel),
+                              state->bytes.freed.load(rel),
+                              state->bytes.peak.load(rel)};
+    // Order matches kFieldNames below.
+    std::memcpy(out + 0, bytes, sizeof bytes);                  // active_bytes
+    out[4] = state->blocks.allocated.load(rel);                 // allocation
+    out[5] = state->blocks.current.load(rel);
+    out[6] = state->blocks.freed.load(rel);
+    out[7] = state->blocks.peak.load(rel);
+    std::memcpy(out + 8, bytes, sizeof bytes);                  // reserved_bytes
+    return 0;
+}
+
+int cpu_reset_peaks(int device) noexcept {
+    CpuState *state = g_state.load(std::memory_order_acquire);
+    if (state == nullptr)
+        return -1;
+    state->bytes.reset_peak();
+    state->blocks.reset_peak();
+    return 0;
+}
+
+const char *const kFieldNames[] = {
+    "active_bytes.all.allocated",   "active_bytes.all.current",
+    "active_bytes.all.freed",       "active_bytes.all.peak",
+    "allocation.all.allocated",     "allocation.all.current",
+    "allocation.all.freed",         "allocation.all.peak",
+    "reserved_bytes.all.allocated", "reserved_bytes.all.current",
+    "reserved_bytes.all.freed",     "reserved_bytes.all.peak",
+};
+
+const memlab_source kCpuSource = {
+    MEMLAB_SOURCE_ABI_VERSION,
+    "cpu",
+    static_cast<int>(sizeof kFieldNames / sizeof kFieldNames[0]),
+    kFieldNames,
+    cpu_prepare,
+    cpu_sample,
+    cpu_reset_peaks,
+};
+
+}  // namespace
+
+namespace memlab {
+
+const memlab_source *cpu_source() { return &kCpuSource; }
+
+}  // namespace memlab

@@ -1,0 +1,89 @@
+/* A memory source in C whose readings Python sets: the tracer's own tests
+ * and benchmark use it (the real sources live in the torch shim). */
+#include "compat.h"
+#include "memlab/source.h"
+
+#include <string.h>
+
+static const char *const manual_fields[] = {
+    "bytes.current", "bytes.peak", "bytes.allocated", "bytes.freed",
+};
+#define N_MANUAL 4
+
+/* current, peak, allocated, freed: one device only. */
+static int64_t manual_state[N_MANUAL];
+
+static int
+manual_prepare(int device, char *err, int err_len)
+{
+    if (device != 0) {
+        snprintf(err, (size_t)err_len, "the manual source has only device 0");
+        return -1;
+    }
+    return 0;
+}
+
+static int
+manual_sample(int device, int64_t *out)
+{
+    memcpy(out, manual_state, sizeof(manual_state));
+    return 0;
+}
+
+static int
+manual_reset_peaks(int device)
+{
+    manual_state[1] = manual_state[0];
+    return 0;
+}
+
+static const memlab_source manual_source = {
+    MEMLAB_SOURCE_ABI_VERSION, "manual", N_MANUAL, manual_fields,
+    manual_prepare, manual_sample, manual_reset_peaks,
+};
+
+/* manual_alloc(n): n > 0 allocates n bytes, n < 0 frees -n bytes. */
+static PyObject *
+manual_alloc(PyObject *module, PyObject *arg)
+{
+    long long n = PyLong_AsLongLong(arg);
+    if (n == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    manual_state[0] += n;
+    if (n > 0) {
+        manual_state[2] += n;
+    }
+    else {
+        manual_state[3] -= n;
+    }
+    if (manual_state[0] > manual_state[1]) {
+        manual_state[1] = manual_state[0];
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+manual_reset(PyObject *module, PyObject *unused)
+{
+    memset(manual_state, 0, sizeof(manual_state));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef manual_methods[] = {
+    {"manual_alloc", manual_alloc, METH_O,
+     "Manual source: n > 0 allocates n bytes, n < 0 frees -n."},
+    {"manual_reset", manual_reset, METH_NOARGS, "Manual source: all readings to 0."},
+    {NULL, NULL, 0, NULL},
+};
+
+int
+testsource_init(PyObject *module)
+{
+    PyObject *capsule = PyCapsule_New((void *)&manual_source, MEMLAB_SOURCE_CAPSULE, NULL);
+    if (capsule == NULL || PyModule_AddObject(module, "manual_source", capsule) < 0) {
+        Py_XDECREF(capsule);
+        return -1;
+    }
+    return PyModule_AddFunctions(module, manual_methods);
+}
