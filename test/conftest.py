@@ -1,0 +1,27 @@
+"""Shared fixtures.  The whole suite runs once per tracer mechanism, chosen by
+PYTORCH_MEMLAB_TRACER (see .ci/run); capability flags decide skips."""
+import importlib.util
+import sys
+
+import pytest
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def _cuda_available() -> bool:
+    if not HAVE_TORCH:
+        return False
+    import torch
+    return torch.cuda.is_available()
+
+
+HAVE_CUDA = _cuda_available()
+
+requires_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+requires_cuda = pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device")
+
+
+def pytest_report_header(config):
+    from pytorch_memlab import _tracer
+    return (f"pytorch_memlab tracer mechanism: {_tracer.MECHANISM}; "
+            f"torch: {HAVE_TORCH}; cuda: {HAVE_CUDA}; python {sys.version.split()[0]}")

@@ -1,0 +1,566 @@
+"""The C tracer's mechanics, fed by the deterministic C "manual" source.
+
+Runs on 3.11, 3.12 and 3.13, under both mechanisms on 3.12+ (no torch)."""
+import asyncio
+import gc
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+
+import pytest
+
+from pytorch_memlab import _tracer
+
+alloc = _tracer.manual_alloc
+COLUMNS = ["bytes.peak", "bytes.allocated", "bytes.freed", "bytes.current"]
+MONITORING = _tracer.MECHANISM == "monitoring"
+
+
+@pytest.fixture
+def make_tracer():
+    made = []
+
+    def make(*funcs, columns=COLUMNS):
+        _tracer.manual_reset()
+        t = _tracer.Tracer(_tracer.manual_source, 0, columns, "bytes.current")
+        for f in funcs:
+            t.add_code(f.__code__)
+        made.append(t)
+        return t
+
+    yield make
+    for t in made:
+        t.disable()
+    assert sys.gettrace() is None
+
+
+def line_of(func, text):
+    """Line number of the first line of func's source containing text."""
+    import inspect
+    lines, start = inspect.getsourcelines(func)
+    for i, line in enumerate(lines):
+        if text in line:
+            return start + i
+    raise AssertionError(text)
+
+
+def row(t, func, text):
+    """(count, growth, {column: value}) of one line."""
+    stats = t.stats()[func.__code__]
+    count, growth, values = stats[line_of(func, text)]
+    return count, growth, dict(zip(t.columns, values))
+
+
+# --- basics -----------------------------------------------------------------
+
+def simple():
+    alloc(100)  # grab
+    alloc(-40)  # drop
+    return None  # done
+
+
+def test_per_line_figures(make_tracer):
+    t = make_tracer(simple)
+    t.enable()
+    simple()
+    simple()
+    t.disable()
+    count, growth, v = row(t, simple, "# grab")
+    assert count == 2
+    assert growth == 200                      # +100 per run
+    assert v["bytes.allocated"] == 200        # summed over runs
+    assert v["bytes.peak"] == 160             # second run starts at 60
+    count, growth, v = row(t, simple, "# drop")
+    assert (count, growth, v["bytes.freed"]) == (2, -80, 80)
+    assert v["bytes.peak"] == 160             # peak during the line = level at start
+    assert v["bytes.current"] == 120          # level at end, max over runs
+
+
+def test_unregistered_code_is_not_recorded(make_tracer):
+    t = make_tracer(simple)
+    t.enable()
+
+    def other():
+        alloc(5)
+    other()
+    t.disable()
+    assert list(t.stats()) == [simple.__code__]
+    assert t.stats()[simple.__code__] == {}
+
+
+def test_unknown_column_lists_valid_ones():
+    with pytest.raises(ValueError, match=r"unknown column 'nope'.*bytes\.peak"):
+        _tracer.Tracer(_tracer.manual_source, 0, ["nope"])
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="sequence of str"):
+        _tracer.Tracer(_tracer.manual_source, 0, "bytes.peak")
+    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    with pytest.raises(TypeError, match="__code__"):
+        t.add_code(simple)
+    with pytest.raises(TypeError, match="memory source"):
+        _tracer.Tracer(object(), 0, ["x"])
+    with pytest.raises(RuntimeError, match="only device 0"):
+        _tracer.Tracer(_tracer.manual_source, 3, ["bytes.peak"]).enable()
+
+
+def test_source_info():
+    name, fields = _tracer.source_info(_tracer.manual_source)
+    assert name == "manual"
+    assert fields == ("bytes.current", "bytes.peak", "bytes.allocated", "bytes.freed")
+
+
+# --- nesting, recursion -----------------------------------------------------
+
+def inner():
+    alloc(1000)  # inner grab
+    alloc(-1000)  # inner drop
+
+
+def outer():
+    alloc(10)  # outer grab
+    inner()  # call inner
+    alloc(-10)  # outer drop
+
+
+def test_nested_call_charged_to_caller_line(make_tracer):
+    t = make_tracer(outer, inner)
+    t.enable()
+    outer()
+    t.disable()
+    count, growth, v = row(t, outer, "# call inner")
+    assert count == 1 and growth == 0
+    assert v["bytes.peak"] == 1010
+    assert v["bytes.allocated"] == 1000 and v["bytes.freed"] == 1000
+    assert row(t, inner, "# inner grab")[2]["bytes.peak"] == 1010
+
+
+def test_nested_unregistered_callee_still_charged(make_tracer):
+    t = make_tracer(outer)
+    t.enable()
+    outer()
+    t.disable()
+    assert row(t, outer, "# call inner")[2]["bytes.peak"] == 1010
+    assert inner.__code__ not in t.stats()
+
+
+def recurse(n):
+    alloc(10)  # rec grab
+    if n > 0:
+        recurse(n - 1)  # rec call
+    alloc(-10)  # rec drop
+
+
+def test_recursion(make_tracer):
+    t = make_tracer(recurse)
+    t.enable()
+    recurse(4)
+    t.disable()
+    assert row(t, recurse, "# rec grab")[0] == 5
+    count, growth, v = row(t, recurse, "# rec call")
+    assert count == 4
+    assert v["bytes.peak"] == 50             # outermost call sees the deepest level
+    assert row(t, recurse, "# rec drop")[1] == -50
+
+
+# --- generators and coroutines ---------------------------------------------
+
+def gen(n):
+    for i in range(n):
+        alloc(8)  # gen grab
+        yield i  # gen yield
+    alloc(-8 * n)  # gen drop
+
+
+def test_generator_suspend_resume(make_tracer):
+    t = make_tracer(gen)
+    t.enable()
+    total = 0
+    for x in gen(3):
+        alloc(1000)  # consumer work, outside the generator
+        alloc(-1000)
+        total += x
+    t.disable()
+    assert total == 3
+    assert row(t, gen, "# gen grab")[0] == 3
+    assert row(t, gen, "# gen yield")[0] == 3
+    count, growth, v = row(t, gen, "# gen drop")
+    assert count == 1 and growth == -24
+    # the consumer's 1000 bytes happen while gen is suspended: never charged
+    assert all(vals[0] < 1000 for _, _, vals in t.stats()[gen.__code__].values())
+
+
+def test_generator_closed_while_suspended(make_tracer):
+    t = make_tracer(gen)
+    t.enable()
+    g = gen(5)
+    next(g)
+    g.close()
+    del g
+    t.disable()
+    assert row(t, gen, "# gen grab")[0] == 1
+    alloc(-8)
+
+
+async def coro(n):
+    alloc(n)  # coro grab
+    await asyncio.sleep(0)  # coro await
+    alloc(-n)  # coro drop
+    return n
+
+
+def test_async_coroutines(make_tracer):
+    t = make_tracer(coro)
+    t.enable()
+
+    async def main():
+        return await asyncio.gather(coro(100), coro(200))
+    assert asyncio.run(main()) == [100, 200]
+    t.disable()
+    assert row(t, coro, "# coro grab")[0] == 2
+    assert row(t, coro, "# coro drop")[0] == 2
+    assert row(t, coro, "# coro drop")[2]["bytes.freed"] == 300
+
+
+# --- exceptions -------------------------------------------------------------
+
+def raises_inside():
+    alloc(50)  # before raise
+    try:
+        raise ValueError("inside")  # the raise
+    except ValueError:
+        alloc(-50)  # handler
+    return 1
+
+
+def raises_out():
+    alloc(70)  # grab then raise
+    raise KeyError("out")  # raise out
+
+
+def calls_raiser():
+    try:
+        raises_out()  # call raiser
+    except KeyError:
+        alloc(-70)  # caught outside
+    return 2
+
+
+def test_exception_caught_inside(make_tracer):
+    t = make_tracer(raises_inside)
+    t.enable()
+    assert raises_inside() == 1
+    t.disable()
+    assert row(t, raises_inside, "# handler")[0] == 1
+    assert row(t, raises_inside, "return 1")[0] == 1
+
+
+def test_exception_escaping_commits_lines(make_tracer):
+    t = make_tracer(raises_out, calls_raiser)
+    t.enable()
+    assert calls_raiser() == 2
+    with pytest.raises(KeyError):
+        raises_out()
+    t.disable()
+    assert row(t, raises_out, "# raise out")[0] == 2
+    assert row(t, calls_raiser, "# call raiser")[2]["bytes.peak"] >= 70
+    assert row(t, calls_raiser, "# caught outside")[0] == 1
+    alloc(-70)
+
+
+def interrupted():
+    alloc(5)  # before interrupt
+    raise KeyboardInterrupt  # interrupt
+
+
+def test_keyboard_interrupt(make_tracer):
+    t = make_tracer(interrupted)
+    t.enable()
+    with pytest.raises(KeyboardInterrupt):
+        interrupted()
+    t.disable()
+    assert row(t, interrupted, "# interrupt")[0] == 1
+    alloc(-5)
+
+
+# --- threads ----------------------------------------------------------------
+
+def threaded(n):
+    for _ in range(n):
+        alloc(3)  # thread grab
+        alloc(-3)  # thread drop
+
+
+def test_thread_started_after_enable(make_tracer):
+    t = make_tracer(threaded)
+    t.enable()
+    workers = [threading.Thread(target=threaded, args=(50,)) for _ in range(3)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    t.disable()
+    assert row(t, threaded, "# thread grab")[0] == 150
+
+
+def test_thread_started_before_enable(make_tracer):
+    t = make_tracer(threaded)
+    go, done = threading.Event(), threading.Event()
+
+    def worker():
+        go.wait()
+        _tracer.install_thread_hook()   # what profile()'s wrapper does
+        threaded(20)
+        done.set()
+    w = threading.Thread(target=worker)
+    w.start()
+    t.enable()
+    go.set()
+    done.wait()
+    w.join()
+    t.disable()
+    assert row(t, threaded, "# thread grab")[0] == 20
+
+
+# --- several profilers, registration ----------------------------------------
+
+def test_two_tracers_at_once(make_tracer):
+    a = make_tracer(simple)
+    b = make_tracer(simple, outer)
+    a.enable()
+    b.enable()
+    simple()
+    outer()
+    a.disable()
+    simple()
+    b.disable()
+    assert row(a, simple, "# grab")[0] == 1
+    assert row(b, simple, "# grab")[0] == 2
+    assert row(b, outer, "# call inner")[0] == 1
+    if MONITORING:
+        assert a.tool_id == -1 and b.tool_id == -1
+
+
+def test_reregistering_is_harmless(make_tracer):
+    t = make_tracer(simple)
+    t.add_code(simple.__code__)
+    t.enable()
+    t.add_code(simple.__code__)
+    simple()
+    t.disable()
+    assert t.codes() == [simple.__code__]
+    assert row(t, simple, "# grab")[0] == 1
+
+
+def test_code_replaced(make_tracer):
+    def f():
+        alloc(1)  # one
+        alloc(-1)
+
+    def g():
+        alloc(2)  # two
+        alloc(-2)
+    old, line_one = f.__code__, line_of(f, "# one")
+    t = make_tracer(f)
+    t.enable()
+    f()
+    f.__code__ = g.__code__
+    t.add_code(f.__code__)      # what LineProfiler does when it sees a new code
+    f()
+    t.disable()
+    assert t.stats()[old][line_one][0] == 1
+    assert t.stats()[g.__code__][line_of(g, "# two")][0] == 1
+
+
+def test_add_code_while_enabled(make_tracer):
+    t = make_tracer()
+    t.enable()
+    t.add_code(simple.__code__)
+    simple()
+    t.disable()
+    assert row(t, simple, "# grab")[0] == 1
+
+
+def test_clear(make_tracer):
+    t = make_tracer(simple)
+    t.enable()
+    simple()
+    t.clear()
+    simple()
+    t.disable()
+    assert row(t, simple, "# grab")[0] == 1
+
+
+def test_disable_inside_profiled_frame_commits(make_tracer):
+    t = make_tracer()
+
+    def stops():
+        alloc(9)  # nine
+        t.disable()
+    t.add_code(stops.__code__)
+    t.enable()
+    stops()
+    assert row(t, stops, "# nine")[0] == 1
+    alloc(-9)
+
+
+# --- never raises into the user's frame, never leaves hooks -----------------
+
+class FailingSource:
+    name = "failing"
+    fields = ("x.current", "x.peak")
+
+    def __init__(self):
+        self.calls = 0
+
+    def prepare(self, device):
+        pass
+
+    def sample(self, device):
+        self.calls += 1
+        if self.calls > 1:
+            raise RuntimeError("sampling broke")
+        return (0, 0)
+
+    def reset_peaks(self, device):
+        pass
+
+
+def test_failing_source_never_raises_into_user_code(make_tracer):
+    src = FailingSource()
+    t = _tracer.Tracer(src, 0, ["x.peak"])
+    t.add_code(simple.__code__)
+    t.enable()
+    hooks = []
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = hooks.append
+    try:
+        simple()            # must not raise
+        alloc(-60)
+    finally:
+        sys.unraisablehook = old_hook
+        t.disable()
+    assert hooks and "sampling broke" in str(hooks[0].exc_value)
+    assert t.sample_errors > 0
+    with pytest.warns(RuntimeWarning, match="readings of the memory source failed"):
+        t.stats()
+
+
+def test_python_source_works(make_tracer):
+    class Counter:
+        name = "counter"
+        fields = ("n.current",)
+        n = 0
+
+        def prepare(self, device):
+            pass
+
+        def sample(self, device):
+            Counter.n += 1
+            return (Counter.n,)
+
+        def reset_peaks(self, device):
+            pass
+    t = _tracer.Tracer(Counter(), 0, ["n.current"], "n.current")
+    t.add_code(simple.__code__)
+    t.enable()
+    simple()
+    t.disable()
+    alloc(-60)
+    # each line spans exactly one reading
+    assert all(growth == 1 for _, growth, _ in t.stats()[simple.__code__].values())
+
+
+def test_no_hook_left_after_disable(make_tracer):
+    t = make_tracer(simple)
+    t.enable()
+    if MONITORING:
+        tool = t.tool_id
+        assert sys.monitoring.get_tool(tool) == "pytorch_memlab"
+    else:
+        assert sys.gettrace() is not None
+    simple()
+    t.disable()
+    alloc(-60)
+    assert sys.gettrace() is None
+    assert threading._trace_hook is None
+    if MONITORING:
+        assert sys.monitoring.get_tool(tool) is None
+
+
+@pytest.mark.skipif(not MONITORING, reason="sys.monitoring mechanism only")
+def test_tool_id_taken_moves_to_next():
+    sys.monitoring.use_tool_id(2, "someone else")
+    try:
+        t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+        t.enable()
+        assert t.tool_id == 3
+        t.disable()
+    finally:
+        sys.monitoring.free_tool_id(2)
+
+
+def test_other_trace_function_is_kept(make_tracer):
+    seen = []
+
+    def other_tracer(frame, event, arg):
+        seen.append(event)
+        return None
+    sys.settrace(other_tracer)
+    try:
+        t = make_tracer(simple)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            t.enable()
+        simple()
+        t.disable()
+        assert sys.gettrace() is other_tracer
+    finally:
+        sys.settrace(None)
+    alloc(-60)
+    if MONITORING:
+        assert row(t, simple, "# grab")[0] == 1      # both work side by side
+        assert not caught
+    else:
+        # settrace: one trace function per thread; we leave theirs and say so
+        assert t.stats()[simple.__code__] == {}
+        assert any("left in place" in str(w.message) for w in caught)
+
+
+def test_tracer_dropped_while_enabled_is_cleaned_up():
+    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    t.add_code(simple.__code__)
+    t.enable()
+    _tracer._shutdown()
+    assert not t.enabled
+    del t
+    gc.collect()
+    assert sys.gettrace() is None
+
+
+def test_interpreter_exit_leaves_nothing(tmp_path):
+    script = tmp_path / "exit_check.py"
+    script.write_text(textwrap.dedent("""
+        import atexit, sys
+        def check():   # registered first, so it runs after the tracer's own handler
+            assert sys.gettrace() is None, "trace hook left"
+            if hasattr(sys, "monitoring"):
+                for i in range(6):
+                    assert sys.monitoring.get_tool(i) is None, f"tool id {i} left"
+            print("clean")
+        atexit.register(check)
+        from pytorch_memlab import _tracer
+        def f():
+            _tracer.manual_alloc(1)
+        t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+        t.add_code(f.__code__)
+        t.enable()
+        f()
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "clean" in out.stdout
