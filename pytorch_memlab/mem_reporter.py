@@ -4,9 +4,13 @@ A report lists tensors found from four sources, in this order:
 
 1. the model's parameters (each followed by its ``.grad``) and buffers,
 2. the state of every optimizer given to :meth:`MemReporter.add_optimizer`,
-3. tensors saved for backward in the autograd graph of ``outputs=``,
+3. the ``outputs=`` tensors, then the tensors their autograd graph saved for
+   backward (``AddmmBackward0.mat1``),
 4. every other tensor the garbage collector knows of, numbered per type
    (``Tensor0``, ``Parameter0``, ...), each followed by its ``.grad``.
+
+Rows are then grouped per device (cpu, cuda:0, cuda:1, ...) and, within a
+device, per storage in the order storages were first met.
 
 Bytes are exact: each storage (``untyped_storage().nbytes()``) is charged once,
 to the first row that uses it; later rows on the same storage (views, tied
@@ -22,6 +26,7 @@ import gc
 import json
 import sys
 import weakref
+from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
@@ -67,7 +72,7 @@ class TensorRow:
     bytes: int                       # bytes charged here: the storage size on its first row, else 0
     storage_bytes: int               # untyped_storage().nbytes(), on every row of the storage
     storage_id: Optional[int]        # storage number within this report; None: no storage
-    kind: str                        # param, buffer, grad, optimizer, saved, tensor
+    kind: str                        # param, buffer, grad, optimizer, output, saved, tensor
     alias_of: Optional[str] = None   # owner row's name when the storage was already counted
 
     def display_name(self, verbose: bool) -> str:
@@ -154,14 +159,14 @@ def readable_size(num_bytes: float) -> str:
 def _format(report: MemReport, verbose: bool) -> str:
     shown = [r for r in report.rows if verbose or r.alias_of is None]
     name_w = min(60, max([len(r.display_name(verbose)) for r in shown] + [24])) + 2
-    fmt = "{:<%d}{:<11}{:<10}{:>18}{:>12}{:>9}" % name_w
-    width = name_w + 60
+    fmt = "{:<%d}{:<10}{:<9}{:>14}{:>11}{:>9}" % name_w
+    width = name_w + 53
     rule = "-" * width
-    lines = [fmt.format("Element type", "Kind", "DType", "Size", "Used MEM", "Storage")]
+    lines = [fmt.format("Element type", "Kind", "DType", "Size", "Used MEM", "Storage"), rule]
     if not report.devices:
-        lines += [rule, "No tensors found", rule]
+        lines += ["No tensors found", rule]
     for total in report.devices:
-        lines += [rule, f"Storage on {total.device}"]
+        lines.append(f"Storage on {total.device}")
         hidden = 0
         for r in report.rows:
             if r.device != total.device:
@@ -178,11 +183,11 @@ def _format(report: MemReport, verbose: bool) -> str:
         if hidden:
             summary += f"  [{hidden} rows sharing a storage above; verbose=True lists them]"
         lines.append(summary)
-        if total.allocator_bytes is not None:
-            lines.append(f"The allocated memory on {total.device}: "
-                         f"{readable_size(total.allocator_bytes)} ({total.allocator_bytes:,} bytes, "
-                         f"torch.cuda.memory_allocated); found in {CUDA_BLOCK_BYTES}-byte blocks: "
-                         f"{total.block_bytes:,} bytes")
+        if total.allocator_bytes is not None and total.block_bytes is not None:
+            lines.append(f"Allocated on {total.device} (torch.cuda.memory_allocated): "
+                         f"{readable_size(total.allocator_bytes)} ({total.allocator_bytes:,} bytes)")
+            lines.append(f"Found storages in {CUDA_BLOCK_BYTES}-byte blocks: "
+                         f"{readable_size(total.block_bytes)} ({total.block_bytes:,} bytes)")
             lines.append(str(total.note))
         lines.append(rule)
     if report.skipped:
@@ -235,7 +240,7 @@ class _Collector:
         self._keep: List[object] = []            # Owned: keeps every id() below valid.
         self._seen: set = set()                  # id() of tensor objects already listed
         self._storages: Dict[Any, Tuple[int, str]] = {}   # key -> (storage id, owner name)
-        self._sort: List[Tuple[int, int]] = []   # per row: (storage order, row order)
+        self._sort: List[Tuple[float, int]] = []   # per row: (storage order, row order)
         self._type_count: Dict[str, int] = {}
 
     def release(self) -> None:
@@ -291,7 +296,7 @@ class _Collector:
         order = len(self.rows)
         if found is None:
             row = TensorRow(name, device, dtype, shape, numel, 0, 0, None, kind)
-            self._sort.append((len(self._storages) + order * 0, order))
+            self._sort.append((len(self._storages) - 0.5, order))   # after the last storage
         else:
             key, nbytes = found
             owner = self._storages.get(key)
@@ -331,26 +336,47 @@ def _iter_outputs(outputs: Any) -> Iterator[torch.Tensor]:
                             f"(e.g. the loss), got {type(item).__name__}")
 
 
-def _saved_tensors(node: Any) -> Iterator[Tuple[str, Any]]:
-    """(attribute, value) of what an autograd node saved for backward."""
-    for attr in dir(node):
-        if attr.startswith("_saved_"):
-            yield attr[len("_saved_"):], getattr(node, attr)
-    if hasattr(node, "_forward_cls"):      # a custom autograd.Function's ctx
-        yield "saved_tensors", node.saved_tensors
-        for attr, value in vars(node).items():
-            yield attr, value
+def _saved_attrs(node: Any) -> List[str]:
+    """Attributes of an autograd node that hold what it saved for backward."""
+    if hasattr(node, "_forward_cls"):      # a custom autograd.Function: its ctx
+        try:
+            return ["saved_tensors"] + list(vars(node))
+        except TypeError:
+            return ["saved_tensors"]
+    return [a for a in dir(node) if a.startswith("_saved_")]
 
 
-def _walk_graph(col: _Collector, outputs: Any) -> None:
-    """Lists tensors saved by every node reachable from outputs' grad_fn, named
-    ``NodeName.attr``; the k-th further node of one type is ``NodeName[k]``."""
-    roots = [t.grad_fn for t in _iter_outputs(outputs)]
-    queue = [n for n in roots if n is not None]
+def _add_saved(col: _Collector, node: Any, label: str) -> None:
+    for attr in _saved_attrs(node):
+        try:
+            value = getattr(node, attr)
+        except RuntimeError:
+            # freed by backward() (no memory left), or modified in place since (then the
+            # storage belongs to a live tensor found elsewhere)
+            continue
+        except Exception:
+            col.skipped += 1
+            continue
+        short = attr[len("_saved_"):] if attr.startswith("_saved_") else attr
+        if _is_tensor(value):
+            col.add(value, f"{label}.{short}", "saved")
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                if _is_tensor(item):
+                    col.add(item, f"{label}.{short}[{i}]", "saved")
+
+
+def _walk_graph(col: _Collector, tensors: List[torch.Tensor]) -> None:
+    """Lists the outputs (``output``, ``output[i]``), then the tensors saved by every
+    node reachable from their grad_fn, breadth first, as ``NodeName.attr``; the k-th
+    further node of one type is ``NodeName[k]``."""
+    for i, t in enumerate(tensors):
+        col.add(t, "output" if len(tensors) == 1 else f"output[{i}]", "output")
+    queue = deque(t.grad_fn for t in tensors if t.grad_fn is not None)
     visited: set = set()
     per_type: Dict[str, int] = {}
     while queue:
-        node = queue.pop(0)
+        node = queue.popleft()
         if id(node) in visited:
             continue
         visited.add(id(node))
@@ -361,19 +387,7 @@ def _walk_graph(col: _Collector, outputs: Any) -> None:
             base = type(node).__name__
         n = per_type.get(base, 0)
         per_type[base] = n + 1
-        label = base if n == 0 else f"{base}[{n}]"
-        try:
-            for attr, value in _saved_tensors(node):
-                if _is_tensor(value):
-                    col.add(value, f"{label}.{attr}", "saved")
-                elif isinstance(value, (list, tuple)):
-                    for i, item in enumerate(value):
-                        if _is_tensor(item):
-                            col.add(item, f"{label}.{attr}[{i}]", "saved")
-        except RuntimeError:
-            pass  # saved tensors already freed by backward(): they hold no memory
-        except Exception:
-            col.skipped += 1
+        _add_saved(col, node, base if n == 0 else f"{base}[{n}]")
         try:
             queue.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
         except Exception:
@@ -521,24 +535,27 @@ class MemReporter:
             print_report: print ``str(result)`` to stdout (the old tool's behaviour).
         """
         want = _parse_device(device)
+        out_tensors = list(_iter_outputs(outputs))
         if module is not None and not isinstance(module, torch.nn.Module):
             raise TypeError(f"report(module=...) takes a torch.nn.Module, got {type(module).__name__}")
         if self.pre_collect:
             gc.collect()
         col = _Collector()
         try:
-            self._walk(col, module, outputs)
+            self._walk(col, module, out_tensors)
             rows = [r for r in col.sorted_rows()
                     if want is None or _device_matches(want, torch.device(r.device))]
             skipped = col.skipped
         finally:
             col.release()
+            del out_tensors
         result = MemReport(rows, _totals(rows, want, module is not None), verbose, skipped)
         if print_report:
             print(result, file=sys.stdout)
         return result
 
-    def _walk(self, col: _Collector, module: Optional[torch.nn.Module], outputs: Any) -> None:
+    def _walk(self, col: _Collector, module: Optional[torch.nn.Module],
+              outputs: List[torch.Tensor]) -> None:
         model = self._model()
         source = model if model is not None else module
         scope: Optional[set] = None
@@ -556,7 +573,7 @@ class MemReporter:
                 if scope is None or id(b) in scope:
                     col.add(b, name, "buffer", repeat=True)
         self._walk_optimizers(col, names, scope)
-        if outputs is not None:
+        if outputs:
             _walk_graph(col, outputs)
         if scope is None:
             _walk_gc(col)

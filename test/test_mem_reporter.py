@@ -5,12 +5,17 @@ import re
 import weakref
 
 import pytest
-import torch
-from torch import nn
 
-from pytorch_memlab.mem_reporter import MemReport, MemReporter
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+from pytorch_memlab.mem_reporter import MemReport, MemReporter  # noqa: E402
+
+
+def cuda(test):
+    """Runs on the device only: checks against torch.cuda.memory_allocated."""
+    test = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")(test)
+    return pytest.mark.cuda(test)
 
 
 def quiet_report(reporter, **kwargs) -> MemReport:
@@ -386,7 +391,7 @@ def test_cuda_allocator_total_is_reported():
     else:
         assert total.allocator_bytes == total.block_bytes == 4096 + 512
         assert total.note.startswith("Matches the allocator")
-    assert "torch.cuda.memory_allocated" in str(result)
+    assert "(torch.cuda.memory_allocated)" in str(result)
     del a, b, view
 
 
@@ -423,3 +428,26 @@ def test_cuda_saved_tensors_close_the_gap():
     gap_with = total.allocator_bytes - total.block_bytes
     assert 0 <= gap_with < gap_without
     assert gap_without - gap_with >= 256 * 8 * 4 + 256 * 2 * 4
+
+
+def test_allocator_lines_without_a_gpu(monkeypatch):
+    # the CUDA summary path, fed fake allocator totals so it runs on CPU too
+    import pytorch_memlab.mem_reporter as mem_reporter
+    monkeypatch.setattr(mem_reporter, "_cuda_allocated", lambda: {"cuda:0": 1024, "cuda:1": 0})
+    lin = nn.Linear(2, 2)
+    result = quiet_report(MemReporter(lin), module=lin)
+    assert [d.device for d in result.devices] == ["cpu", "cuda:0"]   # cuda:1 holds nothing
+    gpu = result.devices[1]
+    assert (gpu.tensors, gpu.bytes, gpu.block_bytes, gpu.allocator_bytes) == (0, 0, 0, 1024)
+    assert gpu.note.startswith("Allocator holds 1.00 KiB more than found: this report is scoped")
+    text = str(result)
+    assert "Allocated on cuda:0 (torch.cuda.memory_allocated): 1.00 KiB (1,024 bytes)" in text
+    assert gpu.note in text
+    assert quiet_report(MemReporter(lin), module=lin, device="cuda:1").devices == []
+
+
+def test_allocator_explanations():
+    from pytorch_memlab.mem_reporter import _explain
+    assert _explain(1024, 1024, False).startswith("Matches the allocator")
+    assert "pass outputs=" in _explain(2048, 1024, False)
+    assert _explain(512, 1024, False).startswith("Found 512 B more than the allocator counts")
