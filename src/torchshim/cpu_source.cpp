@@ -238,7 +238,7 @@ int install(char *err, int err_len) {
     c10::SetCPUAllocator(wrapper, /*priority=*/1);
     if (c10::GetCPUAllocator() != wrapper) {
         // Refused: the wrapper was never reachable, so nothing refers to it
-        // or to `state`.  Both are leaked (a few bytes, once).
+        // or to `state`.  Both are leaked (a few bytes per failed call).
         g_state.store(nullptr, std::memory_order_release);
         memlab::copy_error(err, err_len,
                            "another CPU allocator is registered with a higher "

@@ -1,0 +1,198 @@
+"""Where memory readings come from: the compiled torch shim, or a slow fallback.
+
+``get_source(kind)`` returns what the tracer samples for ``kind`` ("cuda" or
+"cpu"): the shim's PyCapsule when ``pytorch_memlab._torchshim`` loads (fast,
+C++ over c10), else a Python object with the interface documented in
+``_tracer.pyi``.  The shim is built against the torch installed at build time;
+after a torch upgrade it may fail to load, and we fall back with one warning.
+Set ``PYTORCH_MEMLAB_REQUIRE_SHIM=1`` to make a missing shim an ImportError.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import warnings
+from types import ModuleType
+from typing import Any, Optional
+
+REBUILD_COMMAND = "pip install --no-build-isolation --force-reinstall --no-deps pytorch-memlab"
+REQUIRE_SHIM_ENV = "PYTORCH_MEMLAB_REQUIRE_SHIM"
+KINDS = ("cuda", "cpu")
+
+# Fields of the shim's CPU source (src/torchshim/cpu_source.cpp), so that
+# source_fields("cpu") answers even without the shim.
+CPU_FIELDS: tuple[str, ...] = tuple(
+    f"{family}.all.{metric}"
+    for family in ("active_bytes", "allocation", "reserved_bytes")
+    for metric in ("allocated", "current", "freed", "peak")
+)
+
+# Keys of torch.cuda.memory_stats() on torch 2.11 (sorted, 122).  Used only
+# for the fallback's field names when CUDA is not available to ask.
+_CUDA_ARRAYS = ("allocation", "segment", "active", "inactive_split", "allocated_bytes",
+                "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes")
+_CUDA_STATS = ("oversize_allocations", "oversize_segments")
+_CUDA_SCALARS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams",
+                 "num_device_alloc", "num_device_free", "max_split_size")
+_METRICS = ("current", "peak", "allocated", "freed")
+_CUDA_DEFAULT_FIELDS: tuple[str, ...] = tuple(sorted(
+    [f"{a}.{pool}.{m}" for a in _CUDA_ARRAYS
+     for pool in ("all", "small_pool", "large_pool") for m in _METRICS]
+    + [f"{s}.{m}" for s in _CUDA_STATS for m in _METRICS]
+    + list(_CUDA_SCALARS)))
+
+# Per-pool keys come and go with torch.cuda.MemPool objects: not a fixed
+# column, so neither the shim nor the fallback offers them.
+_DYNAMIC_PREFIX = "reserved_bytes_by_private_pools."
+
+# (shim module, None) or (None, why it did not load); None until first asked.
+_shim_state: Optional[tuple[Optional[ModuleType], Optional[BaseException]]] = None
+_warned = False
+
+
+def _import_shim() -> ModuleType:
+    import torch  # noqa: F401  libc10 must be loaded, its allocators registered
+    return importlib.import_module("pytorch_memlab._torchshim")
+
+
+def _load_shim() -> tuple[Optional[ModuleType], Optional[BaseException]]:
+    global _shim_state
+    if _shim_state is None:
+        try:
+            _shim_state = (_import_shim(), None)
+        except Exception as exc:  # ImportError, undefined symbol after a torch upgrade...
+            _shim_state = (None, exc)
+    return _shim_state
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"unknown source kind {kind!r}; expected one of {KINDS}")
+
+
+def _shim_capsule(kind: str) -> tuple[Any, Optional[BaseException]]:
+    """(capsule, None) or (None, why there is none)."""
+    shim, error = _load_shim()
+    if shim is None:
+        return None, error
+    capsule = getattr(shim, f"{kind}_source", None)
+    if capsule is None:
+        return None, ImportError(
+            f"pytorch_memlab._torchshim has no {kind} source "
+            "(built against a torch older than 2.9?)")
+    return capsule, None
+
+
+def _warn_fallback(error: Optional[BaseException]) -> None:
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    warnings.warn(
+        f"pytorch_memlab: the compiled torch shim is unavailable ({error}); reading "
+        "CUDA memory through torch._C._cuda_memoryStats instead, which is much slower "
+        f"per profiled line.  Rebuild it against the installed torch: {REBUILD_COMMAND}",
+        RuntimeWarning, stacklevel=3)
+
+
+def get_source(kind: str) -> Any:
+    """The source for ``kind`` ("cuda" or "cpu"): a shim capsule, or a fallback.
+
+    Without the shim: ImportError if PYTORCH_MEMLAB_REQUIRE_SHIM=1; for "cpu",
+    RuntimeError (CPU tensors cannot be counted without it); for "cuda", a
+    ``CudaFallbackSource`` and one warning per process.
+    """
+    _check_kind(kind)
+    capsule, error = _shim_capsule(kind)
+    if capsule is not None:
+        return capsule
+    if os.environ.get(REQUIRE_SHIM_ENV) == "1":
+        raise ImportError(
+            f"{REQUIRE_SHIM_ENV}=1 but the compiled torch shim is unavailable ({error}); "
+            f"rebuild it against the installed torch: {REBUILD_COMMAND}") from error
+    if kind == "cpu":
+        raise RuntimeError(
+            "CPU memory profiling needs the compiled torch shim "
+            f"(pytorch_memlab._torchshim), which is unavailable ({error}); rebuild it "
+            f"against the installed torch: {REBUILD_COMMAND}") from error
+    _warn_fallback(error)
+    return CudaFallbackSource()
+
+
+def source_fields(kind: str) -> tuple[str, ...]:
+    """Field (column) names ``get_source(kind)`` offers.  Never warns."""
+    _check_kind(kind)
+    capsule, _ = _shim_capsule(kind)
+    if capsule is not None:
+        shim, _ = _load_shim()
+        assert shim is not None
+        return tuple(shim.fields(kind))
+    if kind == "cpu":
+        return CPU_FIELDS
+    return CudaFallbackSource().fields
+
+
+def _flatten(stats: dict) -> dict[str, int]:
+    """Flatten a nested stats dict the way torch.cuda.memory_stats() does:
+    dotted keys, tuple keys joined with "_", sorted."""
+    items: list[tuple[str, int]] = []
+
+    def walk(prefix: str, obj: Any) -> None:
+        if isinstance(obj, dict):
+            if prefix:
+                prefix += "."
+            for key, value in obj.items():
+                if isinstance(key, tuple):
+                    key = "_".join(str(part) for part in key)
+                walk(prefix + str(key), value)
+        else:
+            items.append((prefix, obj))
+
+    walk("", stats)
+    items.sort()
+    return dict(items)
+
+
+class CudaFallbackSource:
+    """Reads the CUDA caching allocator through ``torch._C._cuda_memoryStats``
+    (tens of µs per sample, against well under 1 µs for the shim).
+
+    Its fields are the keys of ``torch.cuda.memory_stats()`` on this torch:
+    asking for them initialises CUDA if it is available.  Without CUDA they are
+    torch 2.11's 122 keys, and prepare() fails.
+    """
+
+    name = "cuda"
+
+    def __init__(self) -> None:
+        self._fields: Optional[tuple[str, ...]] = None
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        if self._fields is None:
+            import torch
+            if torch.cuda.is_available():
+                torch.cuda.init()
+                keys = _flatten(torch._C._cuda_memoryStats(torch.cuda.current_device()))
+                self._fields = tuple(k for k in keys if not k.startswith(_DYNAMIC_PREFIX))
+            else:
+                self._fields = _CUDA_DEFAULT_FIELDS
+        return self._fields
+
+    def prepare(self, device: int) -> None:
+        import torch
+        if not torch.cuda.is_available():
+            raise RuntimeError("CUDA is not available: no CUDA device, or a CPU-only torch")
+        torch.cuda.init()
+        count = torch.cuda.device_count()
+        if not 0 <= device < count:
+            raise RuntimeError(f"CUDA device {device} does not exist ({count} visible)")
+
+    def sample(self, device: int) -> list[int]:
+        import torch
+        flat = _flatten(torch._C._cuda_memoryStats(device))
+        return [int(flat.get(name, 0)) for name in self.fields]
+
+    def reset_peaks(self, device: int) -> None:
+        import torch
+        torch.cuda.reset_peak_memory_stats(device)

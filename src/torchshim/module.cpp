@@ -1,0 +1,207 @@
+// Module init only: exports the sources as capsules for the tracer, plus a
+// few control-path helpers (prepare / sample / reset_peaks / fields by kind)
+// for Python and the tests.  Import torch before this module: libc10 must be
+// loaded and its allocators registered.
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "shim.h"
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <vector>
+
+namespace memlab {
+
+void copy_error(char *err, int err_len, const char *msg) noexcept {
+    if (err == nullptr || err_len <= 0)
+        return;
+    std::snprintf(err, static_cast<std::size_t>(err_len), "%s",
+                  msg != nullptr ? msg : "unknown error");
+}
+
+}  // namespace memlab
+
+namespace {
+
+// "cuda" / "cpu" -> its source; ValueError (and nullptr) for anything else,
+// RuntimeError if this torch build has no such source.
+const memlab_source *source_by_kind(const char *kind) {
+    const memlab_source *source = nullptr;
+    if (std::strcmp(kind, "cuda") == 0) {
+        source = memlab::cuda_source();
+        if (source == nullptr) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "this torch is too old for the shim's CUDA source "
+                            "(needs c10::DeviceAllocator, torch >= 2.9)");
+            return nullptr;
+        }
+    } else if (std::strcmp(kind, "cpu") == 0) {
+        source = memlab::cpu_source();
+    } else {
+        PyErr_Format(PyExc_ValueError,
+                     "unknown source kind '%s' (expected 'cuda' or 'cpu')", kind);
+    }
+    return source;
+}
+
+const memlab_source *parse_kind_device(PyObject *args, int *device) {
+    const char *kind = nullptr;
+    if (!PyArg_ParseTuple(args, "si", &kind, device))
+        return nullptr;
+    return source_by_kind(kind);
+}
+
+PyObject *shim_prepare(PyObject *self, PyObject *args) {
+    int device = 0;
+    const memlab_source *source = parse_kind_device(args, &device);
+    if (source == nullptr)
+        return nullptr;
+    char err[512] = "";
+    if (source->prepare(device, err, static_cast<int>(sizeof err)) != 0) {
+        PyErr_Format(PyExc_RuntimeError, "%s source, device %d: %s",
+                     source->name, device, err);
+        return nullptr;
+    }
+    Py_RETURN_NONE;
+}
+
+PyObject *shim_sample(PyObject *self, PyObject *args) {
+    int device = 0;
+    const memlab_source *source = parse_kind_device(args, &device);
+    if (source == nullptr)
+        return nullptr;
+    std::vector<int64_t> values;
+    try {
+        values.resize(static_cast<std::size_t>(source->n_fields));
+    } catch (const std::bad_alloc &) {
+        return PyErr_NoMemory();
+    }
+    if (source->sample(device, values.data()) != 0) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "%s source cannot read device %d (not prepared?)",
+                     source->name, device);
+        return nullptr;
+    }
+    PyObject *result = PyTuple_New(source->n_fields);
+    if (result == nullptr)
+        return nullptr;
+    for (int i = 0; i < source->n_fields; ++i) {
+        PyObject *item = PyLong_FromLongLong(values[static_cast<std::size_t>(i)]);
+        if (item == nullptr) {
+            Py_DECREF(result);
+            return nullptr;
+        }
+        PyTuple_SET_ITEM(result, i, item);
+    }
+    return result;
+}
+
+PyObject *shim_reset_peaks(PyObject *self, PyObject *args) {
+    int device = 0;
+    const memlab_source *source = parse_kind_device(args, &device);
+    if (source == nullptr)
+        return nullptr;
+    if (source->reset_peaks(device) != 0) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "%s source cannot reset peaks of device %d (not prepared?)",
+                     source->name, device);
+        return nullptr;
+    }
+    Py_RETURN_NONE;
+}
+
+PyObject *shim_fields(PyObject *self, PyObject *args) {
+    const char *kind = nullptr;
+    if (!PyArg_ParseTuple(args, "s", &kind))
+        return nullptr;
+    const memlab_source *source = source_by_kind(kind);
+    if (source == nullptr)
+        return nullptr;
+    PyObject *result = PyTuple_New(source->n_fields);
+    if (result == nullptr)
+        return nullptr;
+    for (int i = 0; i < source->n_fields; ++i) {
+        PyObject *name = PyUnicode_FromString(source->field_names[i]);
+        if (name == nullptr) {
+            Py_DECREF(result);
+            return nullptr;
+        }
+        PyTuple_SET_ITEM(result, i, name);
+    }
+    return result;
+}
+
+// Adds `source` as attribute `name`.  A nullptr source (not built for this
+// torch) leaves the attribute absent.
+int add_capsule(PyObject *module, const char *name, const memlab_source *source) {
+    if (source == nullptr)
+        return 0;
+    // The capsule API wants a non-const pointer; the tracer treats it as const.
+    PyObject *capsule = PyCapsule_New(const_cast<memlab_source *>(source),
+                                      MEMLAB_SOURCE_CAPSULE, nullptr);
+    if (capsule == nullptr)
+        return -1;
+    if (PyModule_AddObject(module, name, capsule) < 0) {
+        Py_DECREF(capsule);
+        return -1;
+    }
+    return 0;
+}
+
+int shim_exec(PyObject *module) {
+    try {
+        if (add_capsule(module, "cuda_source", memlab::cuda_source()) < 0)
+            return -1;
+    } catch (const std::exception &e) {  // building the field table allocates
+        PyErr_Format(PyExc_ImportError, "_torchshim: %s", e.what());
+        return -1;
+    }
+    if (add_capsule(module, "cpu_source", memlab::cpu_source()) < 0)
+        return -1;
+    if (PyModule_AddIntConstant(module, "ABI_VERSION", MEMLAB_SOURCE_ABI_VERSION) < 0)
+        return -1;
+    return 0;
+}
+
+PyMethodDef shim_methods[] = {
+    {"prepare", shim_prepare, METH_VARARGS,
+     "prepare(kind, device) -> None\n\nMake the 'cuda' or 'cpu' source ready "
+     "(for 'cpu': install the counting allocator).  RuntimeError says why not."},
+    {"sample", shim_sample, METH_VARARGS,
+     "sample(kind, device) -> tuple[int, ...]\n\nOne reading, in fields(kind) order."},
+    {"reset_peaks", shim_reset_peaks, METH_VARARGS,
+     "reset_peaks(kind, device) -> None\n\nSet every *.peak field to its *.current."},
+    {"fields", shim_fields, METH_VARARGS,
+     "fields(kind) -> tuple[str, ...]\n\nField names of the 'cuda' or 'cpu' source."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef_Slot shim_slots[] = {
+    {Py_mod_exec, reinterpret_cast<void *>(shim_exec)},
+#ifdef Py_mod_gil
+    // No Python state is shared: the sources synchronise themselves.
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
+    {0, nullptr},
+};
+
+PyModuleDef shim_module = {
+    PyModuleDef_HEAD_INIT,
+    "pytorch_memlab._torchshim",
+    "Allocator statistics sources (PyCapsules) for the pytorch_memlab tracer.\n"
+    "Attributes cuda_source / cpu_source hold `const memlab_source *` "
+    "(include/memlab/source.h).",
+    0,
+    shim_methods,
+    shim_slots,
+    nullptr,
+    nullptr,
+    nullptr,
+};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__torchshim(void) { return PyModuleDef_Init(&shim_module); }

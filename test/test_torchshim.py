@@ -1,0 +1,354 @@
+"""The torch shim (src/torchshim/) and its Python face, pytorch_memlab._sources.
+
+CPU tests run everywhere torch does; CUDA tests skip without a GPU.  Tests
+that could abort the process (a bad allocator wrapper trips internal asserts
+in oneDNN) run in a subprocess.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pytorch_memlab import _sources  # noqa: E402
+
+shim = pytest.importorskip("pytorch_memlab._torchshim")
+
+MiB = 1 << 20
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+def cpu_reading() -> dict:
+    return dict(zip(shim.fields("cpu"), shim.sample("cpu", 0)))
+
+
+def delta(after: dict, before: dict) -> dict:
+    return {k: after[k] - before[k] for k in after}
+
+
+# --------------------------------------------------------------------------
+# CPU source
+
+
+@pytest.fixture
+def cpu_source():
+    shim.prepare("cpu", 0)  # installs the counting allocator once per process
+    return shim.cpu_source
+
+
+def test_cpu_fields_match_python_constant_and_tracer():
+    assert shim.fields("cpu") == _sources.CPU_FIELDS
+    assert len(set(_sources.CPU_FIELDS)) == 12
+    tracer = pytest.importorskip("pytorch_memlab._tracer")
+    assert tracer.source_info(shim.cpu_source) == ("cpu", _sources.CPU_FIELDS)
+
+
+def test_cpu_exact_bytes(cpu_source):
+    shim.reset_peaks("cpu", 0)
+    before = cpu_reading()
+    assert before["active_bytes.all.peak"] == before["active_bytes.all.current"]
+
+    x = torch.empty(MiB // 4, dtype=torch.float32)  # exactly 1 MiB
+    during = delta(cpu_reading(), before)
+    assert during["active_bytes.all.current"] == MiB
+    assert during["active_bytes.all.allocated"] == MiB
+    assert during["active_bytes.all.peak"] == MiB
+    assert during["active_bytes.all.freed"] == 0
+    assert during["allocation.all.current"] == 1
+    assert during["allocation.all.allocated"] == 1
+    # reserved == active on CPU: nothing is cached.
+    for metric in ("current", "peak", "allocated", "freed"):
+        assert during[f"reserved_bytes.all.{metric}"] == during[f"active_bytes.all.{metric}"]
+
+    del x
+    after = delta(cpu_reading(), before)
+    assert after["active_bytes.all.current"] == 0
+    assert after["active_bytes.all.freed"] == MiB
+    assert after["active_bytes.all.allocated"] == MiB
+    assert after["active_bytes.all.peak"] == MiB  # peak survives the free
+    assert after["allocation.all.current"] == 0
+    assert after["allocation.all.freed"] == 1
+
+    shim.reset_peaks("cpu", 0)
+    reset = cpu_reading()
+    assert reset["active_bytes.all.peak"] == reset["active_bytes.all.current"]
+    assert reset["allocation.all.peak"] == reset["allocation.all.current"]
+    # Accumulated counters are left alone.
+    assert reset["active_bytes.all.allocated"] == before["active_bytes.all.allocated"] + MiB
+
+
+def test_cpu_peak_tracks_the_high_water_mark(cpu_source):
+    shim.reset_peaks("cpu", 0)
+    base = cpu_reading()["active_bytes.all.current"]
+    a = torch.empty(MiB, dtype=torch.uint8)
+    b = torch.empty(2 * MiB, dtype=torch.uint8)
+    del a, b
+    c = torch.empty(MiB, dtype=torch.uint8)
+    r = cpu_reading()
+    assert r["active_bytes.all.peak"] - base == 3 * MiB
+    assert r["active_bytes.all.current"] - base == MiB
+    del c
+
+
+def test_cpu_counts_stay_consistent_across_threads(cpu_source):
+    before = cpu_reading()
+
+    def churn():
+        for _ in range(200):
+            t = torch.empty(1000, dtype=torch.uint8)
+            del t
+
+    threads = [threading.Thread(target=churn) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    d = delta(cpu_reading(), before)
+    assert d["allocation.all.current"] == 0
+    assert d["active_bytes.all.current"] == 0
+    assert d["allocation.all.allocated"] >= 800
+    assert d["allocation.all.allocated"] == d["allocation.all.freed"]
+    assert d["active_bytes.all.allocated"] == d["active_bytes.all.freed"]
+
+
+def test_cpu_prepare_is_idempotent_and_device_is_ignored(cpu_source):
+    shim.prepare("cpu", 0)
+    shim.prepare("cpu", 3)
+    assert shim.sample("cpu", 3) == shim.sample("cpu", 0)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_cpu_fork_child_can_allocate(cpu_source):
+    pid = os.fork()
+    if pid == 0:  # child: the side table's mutex must not be stuck
+        code = 1
+        try:
+            x = torch.ones(1000)
+            code = 0 if float(x.sum()) == 1000.0 else 2
+            del x
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def test_cpu_wrapper_keeps_onednn_working(cpu_source):
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("torch built without oneDNN")
+    x = torch.randn(2, 3, 16, 16)
+    w = torch.randn(4, 3, 3, 3)
+    y = torch.nn.functional.conv2d(x, w)
+    assert y.shape == (2, 4, 14, 14)
+    assert torch.equal(x.to_mkldnn().to_dense(), x)
+
+
+ONEDNN_SCRIPT = textwrap.dedent("""
+    import torch
+    import torch.nn.functional as F
+    import torch.utils.mkldnn
+    from pytorch_memlab import _torchshim as shim
+
+    # Made before the wrapper exists: freeing it later must not abort.
+    early = torch.randn(2, 3, 8, 8).to_mkldnn()
+    early_plain = torch.randn(4096)
+    shim.prepare("cpu", 0)
+
+    x = torch.randn(4, 3, 32, 32)
+    w = torch.randn(8, 3, 3, 3)
+    assert F.conv2d(x, w).shape == (4, 8, 30, 30)
+    m = x.to_mkldnn()
+    assert torch.equal(m.to_dense(), x)
+    conv = torch.utils.mkldnn.to_mkldnn(torch.nn.Conv2d(3, 8, 3))
+    assert conv(m).to_dense().shape == (4, 8, 30, 30)
+    del early, early_plain, m, conv
+    fields = dict(zip(shim.fields("cpu"), shim.sample("cpu", 0)))
+    assert fields["allocation.all.allocated"] > 0
+    print("ok")
+""")
+
+
+def test_cpu_wrapper_onednn_in_fresh_process():
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("torch built without oneDNN")
+    proc = subprocess.run([sys.executable, "-c", ONEDNN_SCRIPT],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+
+
+# --------------------------------------------------------------------------
+# CUDA source: names everywhere, values on a GPU
+
+
+def test_cuda_source_names():
+    if not hasattr(shim, "cuda_source"):
+        pytest.skip("shim built without a CUDA source (torch < 2.9)")
+    fields = shim.fields("cuda")
+    assert list(fields) == sorted(fields)
+    assert len(set(fields)) == len(fields)
+    for name in ("active_bytes.all.peak", "reserved_bytes.large_pool.current",
+                 "requested_bytes.small_pool.freed", "oversize_segments.allocated",
+                 "num_alloc_retries", "num_ooms", "max_split_size"):
+        assert name in fields
+    # Everything torch 2.11 reports is there; newer torch may add more.
+    assert set(_sources._CUDA_DEFAULT_FIELDS) <= set(fields)
+    tracer = pytest.importorskip("pytorch_memlab._tracer")
+    assert tracer.source_info(shim.cuda_source) == ("cuda", fields)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")
+def test_cuda_prepare_fails_clearly_without_cuda():
+    if not hasattr(shim, "cuda_source"):
+        pytest.skip("shim built without a CUDA source (torch < 2.9)")
+    with pytest.raises(RuntimeError, match="CUDA is not"):
+        shim.prepare("cuda", 0)
+    with pytest.raises(RuntimeError):
+        shim.sample("cuda", 0)
+
+
+@pytest.fixture
+def cuda_ready():
+    torch.cuda.init()
+    shim.prepare("cuda", 0)
+
+
+def _memory_stats_keys() -> list:
+    return [k for k in torch.cuda.memory_stats(0)
+            if not k.startswith("reserved_bytes_by_private_pools.")]
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_cuda_fields_equal_memory_stats_keys(cuda_ready):
+    assert list(shim.fields("cuda")) == _memory_stats_keys()
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_cuda_values_equal_memory_stats(cuda_ready):
+    x = torch.empty(3 * MiB, dtype=torch.uint8, device="cuda:0")
+    torch.cuda.synchronize()
+    values = dict(zip(shim.fields("cuda"), shim.sample("cuda", 0)))
+    expected = torch.cuda.memory_stats(0)
+    for key in ("allocated_bytes.all.current", "allocated_bytes.all.peak",
+                "active_bytes.all.current", "reserved_bytes.all.current",
+                "requested_bytes.all.allocated", "allocation.all.current",
+                "segment.all.current", "num_alloc_retries", "num_ooms"):
+        assert values[key] == expected[key], key
+    assert values["allocated_bytes.all.current"] >= 3 * MiB
+    del x
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_cuda_reset_peaks(cuda_ready):
+    x = torch.empty(8 * MiB, dtype=torch.uint8, device="cuda:0")
+    del x
+    shim.reset_peaks("cuda", 0)
+    values = dict(zip(shim.fields("cuda"), shim.sample("cuda", 0)))
+    assert values["allocated_bytes.all.peak"] == values["allocated_bytes.all.current"]
+    assert torch.cuda.max_memory_allocated(0) == torch.cuda.memory_allocated(0)
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_cuda_bad_device_is_an_error_not_a_crash(cuda_ready):
+    bad = torch.cuda.device_count() + 5
+    with pytest.raises(RuntimeError):
+        shim.prepare("cuda", bad)
+    with pytest.raises(RuntimeError):
+        shim.sample("cuda", bad)
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_cuda_fallback_agrees_with_shim(cuda_ready):
+    fallback = _sources.CudaFallbackSource()
+    fallback.prepare(0)
+    assert fallback.fields == shim.fields("cuda")
+    x = torch.empty(MiB, dtype=torch.uint8, device="cuda:0")
+    assert list(fallback.sample(0)) == list(shim.sample("cuda", 0))
+    del x
+    assert _sources._flatten(torch._C._cuda_memoryStats(0)) == dict(torch.cuda.memory_stats(0))
+
+
+# --------------------------------------------------------------------------
+# _sources: the shim path and the fallback path
+
+
+def test_get_source_returns_capsules():
+    assert _sources.get_source("cpu") is shim.cpu_source
+    if hasattr(shim, "cuda_source"):
+        assert _sources.get_source("cuda") is shim.cuda_source
+    assert _sources.source_fields("cpu") == shim.fields("cpu")
+    with pytest.raises(ValueError, match="unknown source kind"):
+        _sources.get_source("tpu")
+
+
+@pytest.fixture
+def no_shim(monkeypatch):
+    def broken():
+        raise ImportError("simulated: undefined symbol after a torch upgrade")
+
+    monkeypatch.setattr(_sources, "_import_shim", broken)
+    monkeypatch.setattr(_sources, "_shim_state", None)
+    monkeypatch.setattr(_sources, "_warned", False)
+    monkeypatch.delenv(_sources.REQUIRE_SHIM_ENV, raising=False)
+
+
+def test_fallback_warns_once(no_shim):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = _sources.get_source("cuda")
+        second = _sources.get_source("cuda")
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1, messages
+    assert _sources.REBUILD_COMMAND in messages[0]
+    assert "simulated" in messages[0]
+    for source in (first, second):
+        assert isinstance(source, _sources.CudaFallbackSource)
+        assert source.name == "cuda"
+        assert len(source.fields) >= 122
+    if not torch.cuda.is_available():
+        assert first.fields == _sources._CUDA_DEFAULT_FIELDS
+        with pytest.raises(RuntimeError, match="CUDA is not available"):
+            first.prepare(0)
+
+
+def test_fallback_cpu_is_a_clear_error(no_shim):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning for CPU: it is an error
+        with pytest.raises(RuntimeError, match="CPU memory profiling needs") as info:
+            _sources.get_source("cpu")
+    assert _sources.REBUILD_COMMAND in str(info.value)
+    assert _sources.source_fields("cpu") == _sources.CPU_FIELDS
+
+
+def test_require_shim_env_makes_missing_shim_an_import_error(no_shim, monkeypatch):
+    monkeypatch.setenv(_sources.REQUIRE_SHIM_ENV, "1")
+    for kind in ("cuda", "cpu"):
+        with pytest.raises(ImportError, match=_sources.REQUIRE_SHIM_ENV):
+            _sources.get_source(kind)
+
+
+def test_default_cuda_fields_are_torch_2_11s_122():
+    fields = _sources._CUDA_DEFAULT_FIELDS
+    assert len(fields) == len(set(fields)) == 122
+    assert list(fields) == sorted(fields)
+
+
+def test_flatten_matches_memory_stats_rules():
+    nested = {
+        "num_ooms": 0,
+        "active_bytes": {"all": {"peak": 5, "current": 2}},
+        "reserved_bytes_by_private_pools": {(0, 1): {"all": {"current": 7}}},
+    }
+    flat = _sources._flatten(nested)
+    assert list(flat) == ["active_bytes.all.current", "active_bytes.all.peak",
+                          "num_ooms", "reserved_bytes_by_private_pools.0_1.all.current"]
+    assert flat["reserved_bytes_by_private_pools.0_1.all.current"] == 7
