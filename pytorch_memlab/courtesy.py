@@ -70,11 +70,12 @@ def _parse_device(device: Optional[DeviceLike]) -> Optional[torch.device]:
     if isinstance(device, int):
         if device < 0:
             raise ValueError(f"Courtesy(device={device}): negative index; {_DEVICE_HELP}")
-        return torch.device("cuda", device)
-    try:
-        parsed = torch.device(device)
-    except (RuntimeError, ValueError) as exc:
-        raise ValueError(f"Courtesy(device={device!r}): {exc}; {_DEVICE_HELP}") from None
+        parsed = torch.device("cuda", device)
+    else:
+        try:
+            parsed = torch.device(device)
+        except (RuntimeError, ValueError) as exc:
+            raise ValueError(f"Courtesy(device={device!r}): {exc}; {_DEVICE_HELP}") from None
     if parsed.type != "cuda":
         raise ValueError(f"Courtesy(device={device!r}): Courtesy moves CUDA memory only; "
                          f"{_DEVICE_HELP}")
