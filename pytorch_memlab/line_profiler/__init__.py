@@ -1,0 +1,20 @@
+"""The line profiler's Python face over the C tracer (pytorch_memlab._tracer)
+and the memory sources (pytorch_memlab._sources)."""
+from ._columns import DEFAULT_COLUMNS
+from ._devices import reset_target_gpu, set_target_gpu, target_gpu
+from ._units import readable_size
+from .decorators import clear_global_line_profiler, global_line_profiler, profile, profile_every
+from .profiler import LineProfiler
+
+__all__ = [
+    "DEFAULT_COLUMNS",
+    "LineProfiler",
+    "clear_global_line_profiler",
+    "global_line_profiler",
+    "profile",
+    "profile_every",
+    "readable_size",
+    "reset_target_gpu",
+    "set_target_gpu",
+    "target_gpu",
+]

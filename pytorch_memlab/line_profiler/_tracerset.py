@@ -1,0 +1,72 @@
+"""One C tracer per device a profiler reads, driven together."""
+from __future__ import annotations
+
+import types
+from typing import Sequence
+
+import torch
+
+from .. import _sources, _tracer
+from ._columns import GROWTH_FIELD, check_columns
+from ._devices import DeviceSlot, current_target, label
+
+# {code: {lineno: (count, net_growth, values in column order)}}
+TracerStats = dict[types.CodeType, dict[int, tuple[int, int, tuple[int, ...]]]]
+
+
+class TracerSet:
+    """The tracers of one profiler, in the order of its device slots."""
+
+    def __init__(self, slots: Sequence[DeviceSlot], columns: tuple[str, ...]) -> None:
+        self.slots = list(slots)
+        self.tracers: list[_tracer.Tracer] = []
+        for slot in self.slots:
+            fields = _sources.source_fields(slot.kind)
+            where = f"the {slot.kind} memory source"
+            check_columns(columns, fields, where)
+            check_columns((GROWTH_FIELD,), fields, where)
+            index = current_target() if slot.follows_target else slot.index
+            assert index is not None
+            self.tracers.append(_tracer.Tracer(_sources.get_source(slot.kind), index,
+                                               columns, growth_field=GROWTH_FIELD))
+
+    @property
+    def enabled(self) -> bool:
+        return any(t.enabled for t in self.tracers)
+
+    def labels(self) -> list[str]:
+        return [label(s, t.device) for s, t in zip(self.slots, self.tracers)]
+
+    def add_code(self, code: types.CodeType) -> None:
+        for tracer in self.tracers:
+            tracer.add_code(code)
+
+    def enable(self) -> None:
+        """All or nothing: a device that cannot be read disables the others."""
+        try:
+            for slot, tracer in zip(self.slots, self.tracers):
+                if slot.kind == "cuda":
+                    torch.cuda.init()   # the allocator's stats exist only after it
+                    if slot.follows_target and tracer.device != current_target():
+                        tracer.set_device(current_target())
+                tracer.enable()
+        except BaseException:
+            self.disable()
+            raise
+
+    def disable(self) -> None:
+        for tracer in self.tracers:
+            tracer.disable()
+
+    def clear(self) -> None:
+        for tracer in self.tracers:
+            tracer.clear()
+
+    def retarget(self, index: int) -> None:
+        """The target GPU moved: following tracers read ``index`` from now on."""
+        for slot, tracer in zip(self.slots, self.tracers):
+            if slot.follows_target and tracer.device != index:
+                tracer.set_device(index)
+
+    def stats(self) -> list[TracerStats]:
+        return [tracer.stats() for tracer in self.tracers]

@@ -1,0 +1,124 @@
+"""``profile``, ``profile_every`` and the global profilers behind them.
+
+``profile`` registers functions with one global LineProfiler per (columns,
+device) choice; its tables print at interpreter exit (figures are the max over
+all runs), and also as soon as an exception (KeyboardInterrupt, CUDA OOM...)
+escapes a profiled function.  ``profile_every(n)`` gives each function its own
+profiler and prints (then forgets) its figures every n calls.
+"""
+from __future__ import annotations
+
+import atexit
+import sys
+import threading
+from typing import Any, Callable, Optional
+
+from ._columns import ColumnsArg, normalize_columns
+from ._devices import DeviceArg, resolve_devices
+from ._wrap import wrap_any
+from .profiler import LineProfiler
+
+_lock = threading.Lock()
+_global: dict[tuple[Any, ...], LineProfiler] = {}
+_unprinted: set[int] = set()       # id() of global profilers run since last printed
+_atexit_registered = False
+
+
+def _global_profiler(columns: ColumnsArg, device: DeviceArg) -> LineProfiler:
+    """The shared profiler for this choice of columns and devices."""
+    global _atexit_registered
+    cols = normalize_columns(columns)
+    slots, _ = resolve_devices(device, None)
+    key = (cols, tuple(slots))
+    with _lock:
+        profiler = _global.get(key)
+        if profiler is None:
+            profiler = _global[key] = LineProfiler(device=device, columns=cols)
+        if not _atexit_registered:
+            _atexit_registered = True
+            atexit.register(_print_at_exit)
+    return profiler
+
+
+def _print(profiler: LineProfiler) -> None:
+    _unprinted.discard(id(profiler))
+    profiler.print_stats(stream=sys.stdout)
+
+
+def _print_at_exit() -> None:
+    for profiler in list(_global.values()):
+        if id(profiler) in _unprinted:
+            try:
+                _print(profiler)
+            except Exception as exc:  # never a traceback from atexit
+                print(f"pytorch_memlab: could not print the profile: {exc!r}",
+                      file=sys.stderr)
+
+
+def profile(func: Any = None, columns: ColumnsArg = None, *,
+            device: DeviceArg = None) -> Any:
+    """Profile ``func`` line by line; print the table when the interpreter exits
+    (or when an exception escapes ``func``).
+
+    Use bare (``@profile``) or with options (``@profile(columns=[...],
+    device='cpu')``).  Works on functions, methods (``forward`` included),
+    staticmethods, classmethods, generator and async functions.
+    """
+    if func is not None and not callable(func) and not isinstance(func, (staticmethod, classmethod)):
+        func, columns = None, func      # @profile(("active_bytes.all.peak",))
+
+    def decorate(target: Any) -> Any:
+        profiler = _global_profiler(columns, device)
+        profiler.add_function(target)
+
+        def after_call(exc: Optional[BaseException]) -> None:
+            if exc is None:
+                _unprinted.add(id(profiler))
+            else:
+                _print(profiler)
+
+        return wrap_any(target, profiler, after_call)
+
+    return decorate if func is None else decorate(func)
+
+
+def profile_every(output_interval: int = 1, enable: bool = True,
+                  columns: ColumnsArg = None, *, device: DeviceArg = None) -> Callable[[Any], Any]:
+    """Print ``func``'s table every ``output_interval`` calls, with the figures
+    of those calls only.  ``enable=False`` returns functions untouched."""
+    if output_interval < 1:
+        raise ValueError(f"output_interval must be >= 1, not {output_interval}")
+
+    def decorate(target: Any) -> Any:
+        if not enable:
+            return target
+        profiler = LineProfiler(target, device=device, columns=columns)
+        calls = [0]
+
+        def after_call(exc: Optional[BaseException]) -> None:
+            calls[0] += 1
+            if exc is not None or calls[0] % output_interval == 0:
+                profiler.print_stats(stream=sys.stdout)
+                profiler.clear()
+
+        wrapped = wrap_any(target, profiler, after_call)
+        if not isinstance(wrapped, (staticmethod, classmethod)):
+            wrapped.line_profiler = profiler
+        return wrapped
+
+    return decorate
+
+
+def clear_global_line_profiler() -> None:
+    """Forget the figures ``profile`` has gathered so far (functions stay profiled)."""
+    with _lock:
+        for profiler in _global.values():
+            profiler.clear()
+        _unprinted.clear()
+
+
+def global_line_profiler(columns: ColumnsArg = None,
+                         device: DeviceArg = None) -> Optional[LineProfiler]:
+    """The profiler ``profile(columns=..., device=...)`` uses, if it exists yet."""
+    slots, _ = resolve_devices(device, None)
+    return _global.get((normalize_columns(columns), tuple(slots)))

@@ -1,0 +1,198 @@
+"""LineProfiler: registered functions, the device tracers, and their results."""
+from __future__ import annotations
+
+import sys
+import threading
+import types
+from typing import IO, Any, Callable, Optional
+
+from ._columns import ColumnsArg, normalize_columns, pick_columns
+from ._devices import DeviceArg, add_follower, note_cpu_fallback, resolve_devices
+from ._display import ProfileDisplay
+from ._functions import FunctionEntry, matches_any, resolve_function
+from ._parking import PARK_BETWEEN_CALLS, park, release_idle, unpark
+from ._stats import FunctionRecord, Raised, build_records
+from ._tracerset import TracerSet
+
+
+class LineProfiler:
+    """Per-line memory of the registered functions, on one or more devices.
+
+    ``device``: 'cpu', 'cuda', 'cuda:N', N, a torch.device, 'all' (every visible
+    GPU), or a list of these.  None (the default) reads the target GPU (see
+    ``set_target_gpu``) and follows it; without CUDA it reads CPU tensor memory
+    and says so once on stderr.  ``target_gpu=N`` is the old spelling of
+    ``device=N``.  ``columns``: fields of ``torch.cuda.memory_stats()`` to record
+    (default active and reserved bytes' peaks); count and net growth of active
+    bytes are always recorded.
+
+        with LineProfiler(func, device="cpu") as prof:
+            func()
+        prof.print_stats()
+    """
+
+    def __init__(self, *functions: Callable[..., Any], target_gpu: Optional[int] = None,
+                 device: DeviceArg = None, columns: ColumnsArg = None) -> None:
+        self.columns = normalize_columns(columns)
+        slots, self._fell_back = resolve_devices(device, target_gpu)
+        self._tracers = TracerSet(slots, self.columns)
+        self._entries: list[FunctionEntry] = []
+        self._raised: Raised = {}
+        self._lock = threading.RLock()
+        self._calls = 0            # decorated calls running now, all threads
+        self._depth = threading.local()   # .value: decorated calls on this thread
+        self._explicit = False     # enable() was called by the user
+        if any(slot.follows_target for slot in slots):
+            add_follower(self)
+        for func in functions:
+            self.add_function(func)
+
+    # ---- registration ------------------------------------------------------------
+
+    def add_function(self, func: Callable[..., Any]) -> None:
+        """Profile ``func``: a function, method (bound or not), staticmethod,
+        classmethod, ``torch.nn.Module`` (its ``forward``) or a
+        ``functools.wraps`` wrapper (the wrapped function)."""
+        target = resolve_function(func)
+        with self._lock:
+            if any(entry.func is target for entry in self._entries):
+                return
+            entry = FunctionEntry(target)
+            self._entries.append(entry)
+            self._tracers.add_code(target.__code__)
+
+    def _refresh_codes(self) -> None:
+        """Register code objects that replaced a function's ``__code__``."""
+        for entry in self._entries:
+            code = entry.new_code()
+            if code is not None:
+                self._tracers.add_code(code)
+
+    @property
+    def functions(self) -> list[types.FunctionType]:
+        return [entry.func for entry in self._entries]
+
+    @property
+    def devices(self) -> list[str]:
+        """'cpu' / 'cuda:N' per column group; a following profiler's moves."""
+        return self._tracers.labels()
+
+    @property
+    def enabled(self) -> bool:
+        return self._tracers.enabled
+
+    # ---- control -----------------------------------------------------------------
+
+    def _start(self) -> None:
+        self._refresh_codes()
+        if self._fell_back:
+            note_cpu_fallback()
+        self._tracers.enable()
+
+    def enable(self) -> None:
+        """Start profiling, in this thread and threads started from now on
+        (on Python >= 3.12: every thread)."""
+        with self._lock:
+            self._start()
+            self._explicit = True
+
+    def disable(self) -> None:
+        """Stop profiling; lines still running are committed and no hook is
+        left.  While a decorated call runs (``profile``) it stays on until the
+        call returns."""
+        unpark(self)
+        with self._lock:
+            self._explicit = False
+            if self._calls == 0:
+                self._tracers.disable()
+
+    def __enter__(self) -> "LineProfiler":
+        self.enable()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> None:
+        self.disable()
+        if exc is not None:
+            self._note_exception(exc)
+
+    def clear(self) -> None:
+        """Forget every figure (functions stay registered)."""
+        with self._lock:
+            self._tracers.clear()
+            self._raised.clear()
+
+    # Decorated calls turn the profiler on while any of them runs (any thread);
+    # between calls it is switched off or parked (see _parking).
+    def _enter_call(self) -> None:
+        try:
+            self._enter_locked()
+        except RuntimeError:
+            # out of sys.monitoring tool ids: free those of idle profilers
+            if not release_idle(self):
+                raise
+            self._enter_locked()
+        self._depth.value = getattr(self._depth, "value", 0) + 1
+
+    def _enter_locked(self) -> None:
+        with self._lock:
+            if self._calls == 0 and not self.enabled:
+                self._start()
+            self._calls += 1
+
+    def _exit_call(self) -> bool:
+        """True when this ends the outermost decorated call of this thread."""
+        self._depth.value -= 1
+        with self._lock:
+            self._calls -= 1
+            if self._calls == 0 and not self._explicit:
+                if PARK_BETWEEN_CALLS:
+                    park(self)
+                else:
+                    self._tracers.disable()
+        return bool(self._depth.value == 0)
+
+    def _stop_if_idle(self) -> None:
+        with self._lock:
+            if self._calls == 0 and not self._explicit:
+                self._tracers.disable()
+
+    def _retarget(self, index: int) -> None:
+        with self._lock:
+            self._tracers.retarget(index)
+
+    def _note_exception(self, exc: BaseException) -> None:
+        """Mark, in every profiled frame it went through, the line ``exc`` left by."""
+        codes = {code for entry in self._entries for code in entry.codes}
+        tb = exc.__traceback__
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            if code in codes:
+                self._raised.setdefault(code, {})[tb.tb_lineno] = type(exc).__name__
+            tb = tb.tb_next
+
+    # ---- results -----------------------------------------------------------------
+
+    def stats(self, func: Any = None, columns: ColumnsArg = None) -> list[FunctionRecord]:
+        """Plain data, one record per function and device (see ``_stats``)."""
+        with self._lock:
+            self._refresh_codes()
+            shown = pick_columns(columns, self.columns)
+            entries = [e for e in self._entries if matches_any(e, func)]
+            if func is not None and not entries:
+                raise ValueError(f"{func!r} is not a function of this profiler "
+                                 f"(registered: {', '.join(e.qualname for e in self._entries)})")
+            return build_records(entries, self._tracers.labels(), self._tracers.stats(),
+                                 self.columns, shown, self._raised)
+
+    def display(self, func: Any = None, columns: ColumnsArg = None) -> ProfileDisplay:
+        """A table of ``func`` (a function, a qualname, a list of them; None: all)
+        that renders as HTML in notebooks and as text with ``print``/``repr``."""
+        return ProfileDisplay(self.stats(func, columns))
+
+    def print_stats(self, func: Any = None, columns: ColumnsArg = None,
+                    stream: Optional[IO[str]] = None) -> None:
+        """Write the text table to ``stream`` (default: sys.stdout), then a
+        blank line so that tables printed one after another stay apart."""
+        out = stream if stream is not None else sys.stdout
+        out.write(repr(self.display(func, columns)) + "\n")
+        out.flush()

@@ -1,0 +1,501 @@
+"""LineProfiler end to end on CPU tensors, with exact bytes.
+
+CPU tensor bytes come from the torch shim's counting allocator, installed at
+the first CPU profile.  A peak is an absolute level (bytes live at the worst
+moment of the line), so in-process tests compare against the level of a line
+that allocates nothing; tests that check printed text run a fresh interpreter.
+"""
+import functools
+import inspect
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("pytorch_memlab._torchshim")
+
+from pytorch_memlab import LineProfiler, _tracer  # noqa: E402
+from pytorch_memlab.line_profiler import readable_size  # noqa: E402
+
+MiB = 1 << 20
+PEAK = "active_bytes.all.peak"
+MONITORING = _tracer.MECHANISM == "monitoring"
+
+
+# ---- helpers -----------------------------------------------------------------
+
+def line_of(func, text):
+    lines, start = inspect.getsourcelines(func)
+    for i, line in enumerate(lines):
+        if text in line:
+            return start + i
+    raise AssertionError(text)
+
+
+def row(prof, func, text, device="cpu"):
+    """The stats() line of func whose code contains text."""
+    lineno = line_of(func, text)
+    for record in prof.stats(func):
+        if record["device"] == device:
+            return next(line for line in record["lines"] if line["lineno"] == lineno)
+    raise AssertionError(device)
+
+
+def assert_no_hook(prof):
+    assert not prof.enabled
+    assert sys.gettrace() is None
+    if MONITORING:
+        for tracer in prof._tracers.tracers:
+            assert tracer.tool_id == -1
+
+
+def run_script(tmp_path, source, env=None):
+    """Run source as a script file (so its lines have source text)."""
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(source))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout, proc.stderr
+
+
+@pytest.fixture
+def prof_factory():
+    made = []
+
+    def make(*funcs, **kwargs):
+        kwargs.setdefault("device", "cpu")
+        prof = LineProfiler(*funcs, **kwargs)
+        made.append(prof)
+        return prof
+
+    yield make
+    for prof in made:
+        prof.disable()
+    assert sys.gettrace() is None
+
+
+# ---- profiled code -------------------------------------------------------------
+
+def one_mib():
+    base = 0  # nothing
+    x = torch.empty(262144)  # 1 MiB of float32
+    return x  # keep
+
+
+def grow_then_free():
+    base = 0  # nothing
+    x = torch.empty(262144)  # make
+    y = torch.empty(524288)  # make two
+    del x  # free one
+    del y  # free two
+    return base
+
+
+def inner_temp():
+    t = torch.empty(524288)  # inner 2 MiB
+    return t.numel()  # inner done
+
+
+def outer_calls():
+    base = 0  # nothing
+    n = inner_temp()  # call inner
+    return n + base  # outer done
+
+
+# ---- exact bytes -----------------------------------------------------------------
+
+def test_one_mib_line_peak_and_growth(prof_factory):
+    prof = prof_factory(one_mib)
+    with prof:
+        x = one_mib()
+    base = row(prof, one_mib, "# nothing")[PEAK]
+    line = row(prof, one_mib, "# 1 MiB")
+    assert line[PEAK] - base == MiB
+    assert line["net_growth"] == MiB
+    assert line["count"] == 1
+    assert line["reserved_bytes.all.peak"] - base == MiB    # CPU: reserved == active
+    del x
+
+
+def test_net_growth_when_freed_on_later_line(prof_factory):
+    prof = prof_factory(grow_then_free)
+    with prof:
+        grow_then_free()
+    base = row(prof, grow_then_free, "# nothing")[PEAK]
+    assert row(prof, grow_then_free, "# make")["net_growth"] == MiB
+    assert row(prof, grow_then_free, "# make two")["net_growth"] == 2 * MiB
+    assert row(prof, grow_then_free, "# make two")[PEAK] - base == 3 * MiB
+    assert row(prof, grow_then_free, "# free one")["net_growth"] == -MiB
+    assert row(prof, grow_then_free, "# free two")["net_growth"] == -2 * MiB
+    assert row(prof, grow_then_free, "# free two")[PEAK] - base == 2 * MiB
+
+
+def test_counters_and_levels(prof_factory):
+    cols = ["active_bytes.all.allocated", "active_bytes.all.freed",
+            "active_bytes.all.current", "allocation.all.allocated"]
+    prof = prof_factory(grow_then_free, columns=cols)
+    with prof:
+        grow_then_free()
+        grow_then_free()
+    make = row(prof, grow_then_free, "# make two")
+    assert make["count"] == 2
+    assert make["active_bytes.all.allocated"] == 4 * MiB      # summed over runs
+    assert make["allocation.all.allocated"] == 2
+    assert make["net_growth"] == 4 * MiB                      # summed over runs
+    assert row(prof, grow_then_free, "# free two")["active_bytes.all.freed"] == 4 * MiB
+    base = row(prof, grow_then_free, "# nothing")["active_bytes.all.current"]
+    assert make["active_bytes.all.current"] - base == 3 * MiB   # level at the end
+
+
+def test_nested_inner_peak_charged_to_callers_line(prof_factory):
+    prof = prof_factory(outer_calls, inner_temp)
+    with prof:
+        outer_calls()
+    base = row(prof, outer_calls, "# nothing")[PEAK]
+    call = row(prof, outer_calls, "# call inner")
+    assert call[PEAK] - base == 2 * MiB
+    assert call["net_growth"] == 0
+    assert row(prof, inner_temp, "# inner 2 MiB")[PEAK] - base == 2 * MiB
+    assert row(prof, inner_temp, "# inner 2 MiB")["net_growth"] == 2 * MiB
+
+
+def test_unregistered_callee_still_charged(prof_factory):
+    prof = prof_factory(outer_calls)
+    with prof:
+        outer_calls()
+    base = row(prof, outer_calls, "# nothing")[PEAK]
+    assert row(prof, outer_calls, "# call inner")[PEAK] - base == 2 * MiB
+    assert [r["qualname"] for r in prof.stats()] == ["outer_calls"]
+
+
+def test_max_over_runs(prof_factory):
+    def sized(n):
+        base = 0  # nothing
+        x = torch.empty(n)  # sized
+        return x.numel() + base
+
+    prof = prof_factory(sized)
+    with prof:
+        sized(262144)
+        sized(262144 * 4)
+        sized(262144 * 2)
+    line = row(prof, sized, "# sized")
+    assert line["count"] == 3
+    assert line[PEAK] - row(prof, sized, "# nothing")[PEAK] == 4 * MiB
+
+
+# ---- threads ---------------------------------------------------------------------
+
+def test_thread_started_after_enable(prof_factory):
+    prof = prof_factory(one_mib)
+    out = []
+    with prof:
+        t = threading.Thread(target=lambda: out.append(one_mib()))
+        t.start()
+        t.join()
+    line = row(prof, one_mib, "# 1 MiB")
+    assert line["count"] == 1 and line["net_growth"] == MiB
+
+
+@pytest.mark.skipif(not MONITORING, reason="with settrace a thread that existed before "
+                    "enable() is hooked by the decorators' wrapper only (see decorator tests)")
+def test_thread_started_before_enable(prof_factory):
+    prof = prof_factory(one_mib)
+    go, done = threading.Event(), threading.Event()
+
+    def worker():
+        go.wait()
+        one_mib()
+        done.set()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    with prof:
+        go.set()
+        done.wait(30)
+    t.join()
+    assert row(prof, one_mib, "# 1 MiB")["count"] == 1
+
+
+# ---- what can be profiled --------------------------------------------------------
+
+class Holder:
+    def method(self):
+        x = torch.empty(262144)  # method line
+        return x
+
+    @staticmethod
+    def static():
+        x = torch.empty(262144)  # static line
+        return x
+
+    @classmethod
+    def klass(cls):
+        x = torch.empty(262144)  # class line
+        return x
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(256, 256)
+
+    def forward(self, inp):
+        hidden = self.lin(inp)  # forward line
+        return hidden.relu()
+
+
+def test_methods_and_module_forward(prof_factory):
+    holder, net = Holder(), Net()
+    prof = prof_factory(holder.method, Holder.static, Holder.klass, net)
+    with torch.no_grad(), prof:
+        holder.method()
+        Holder.static()
+        Holder.klass()
+        net(torch.ones(4, 256))
+    assert row(prof, Holder.method, "# method line")["net_growth"] == MiB
+    assert row(prof, Holder.static, "# static line")["net_growth"] == MiB
+    assert row(prof, Holder.klass, "# class line")["net_growth"] == MiB
+    assert row(prof, Net.forward, "# forward line")["net_growth"] == 4 * 256 * 4
+    assert {r["qualname"] for r in prof.stats()} == {
+        "Holder.method", "Holder.static", "Holder.klass", "Net.forward"}
+
+
+def test_forward_by_class_and_by_bound_method(prof_factory):
+    net = Net()
+    prof = prof_factory(Net, net.forward)     # both name the same function
+    assert len(prof.functions) == 1
+    with torch.no_grad(), prof:
+        net(torch.ones(1, 256))
+    assert row(prof, Net.forward, "# forward line")["count"] == 1
+
+
+def test_wrapped_function_is_unwrapped(prof_factory):
+    def deco(f):
+        @functools.wraps(f)
+        def wrapper(*a, **k):
+            return f(*a, **k)
+        return wrapper
+
+    wrapped = deco(one_mib)
+    prof = prof_factory(wrapped)
+    assert prof.functions == [one_mib]
+    with prof:
+        wrapped()
+    assert row(prof, one_mib, "# 1 MiB")["count"] == 1
+
+
+def test_replaced_code_object_is_picked_up(prof_factory):
+    def target():
+        x = torch.empty(262144)  # original
+        return x
+
+    def replacement():
+        y = torch.empty(524288)  # replacement
+        return y
+
+    original = target.__code__
+    prof = prof_factory(target)
+    try:
+        target.__code__ = replacement.__code__
+        with prof:
+            target()
+        codes = prof._tracers.tracers[0].codes()
+        assert replacement.__code__ in codes and original in codes
+        lines = prof.stats(target)[0]["lines"]
+        grown = [line for line in lines if line["net_growth"]]
+        assert [line["net_growth"] for line in grown] == [2 * MiB]
+        assert "# replacement" in grown[0]["code"]
+    finally:
+        target.__code__ = original
+
+
+def test_builtin_is_refused(prof_factory):
+    with pytest.raises(TypeError, match="no Python code"):
+        prof_factory(len)
+
+
+# ---- columns ----------------------------------------------------------------------
+
+def test_bad_column_lists_valid_ones():
+    with pytest.raises(ValueError) as info:
+        LineProfiler(one_mib, device="cpu", columns=["active_bytes.all.peek"])
+    msg = str(info.value)
+    assert "'active_bytes.all.peek'" in msg
+    assert "Did you mean 'active_bytes.all.peak'?" in msg
+    for field in ("active_bytes.all.current", "reserved_bytes.all.freed",
+                  "allocation.all.allocated"):
+        assert field in msg
+
+
+def test_display_needs_recorded_column(prof_factory):
+    prof = prof_factory(one_mib)
+    with pytest.raises(ValueError, match="was not recorded"):
+        prof.display(columns=["allocation.all.current"])
+    assert prof.stats(columns=PEAK)[0]["columns"] == [PEAK]
+
+
+def test_columns_accept_one_string_and_tuples(prof_factory):
+    assert prof_factory(columns=PEAK).columns == (PEAK,)
+    assert prof_factory(columns=(PEAK, "active_bytes.all.current")).columns == (
+        PEAK, "active_bytes.all.current")
+
+
+# ---- stats() data -----------------------------------------------------------------
+
+def test_stats_shape(prof_factory):
+    prof = prof_factory(grow_then_free, outer_calls)
+    with prof:
+        grow_then_free()
+    records = prof.stats()
+    assert [r["qualname"] for r in records] == ["grow_then_free", "outer_calls"]
+    record = records[0]
+    assert set(record) == {"qualname", "filename", "first_line", "device", "columns", "lines"}
+    assert record["filename"] == __file__
+    assert record["first_line"] == grow_then_free.__code__.co_firstlineno
+    assert record["device"] == "cpu"
+    assert record["columns"] == [PEAK, "reserved_bytes.all.peak"]
+    source, start = inspect.getsourcelines(grow_then_free)
+    assert [line["lineno"] for line in record["lines"]] == list(range(start, start + len(source)))
+    assert [line["code"] for line in record["lines"]] == [s.rstrip("\n") for s in source]
+    for line in record["lines"]:
+        assert set(line) == {"lineno", "code", "count", "net_growth", PEAK,
+                             "reserved_bytes.all.peak", "raised"}
+    header = record["lines"][0]                  # the def line never runs
+    assert header["count"] == 0 and header["net_growth"] is None and header[PEAK] is None
+    assert all(line["count"] == 0 for line in records[1]["lines"])   # never called
+    assert prof.stats("outer_calls")[0]["qualname"] == "outer_calls"
+    with pytest.raises(ValueError, match="not a function of this profiler"):
+        prof.stats(one_mib)
+
+
+def test_clear(prof_factory):
+    prof = prof_factory(one_mib)
+    with prof:
+        one_mib()
+    prof.clear()
+    assert all(line["count"] == 0 for line in prof.stats()[0]["lines"])
+    assert "No profiled function ran" in repr(prof.display())
+
+
+# ---- exceptions and hooks ---------------------------------------------------------------
+
+def raises_midway():
+    x = torch.empty(262144)  # before
+    raise KeyError("boom")  # raise here
+
+
+def test_exception_in_context_manager_commits_and_leaves_no_hook(prof_factory):
+    prof = prof_factory(raises_midway)
+    with pytest.raises(KeyError):
+        with prof:
+            if MONITORING:
+                assert prof._tracers.tracers[0].tool_id >= 0
+            raises_midway()
+    assert_no_hook(prof)
+    assert row(prof, raises_midway, "# before")["net_growth"] == MiB
+    assert row(prof, raises_midway, "# raise here")["raised"] == "KeyError"
+    assert "<-- KeyError raised here" in repr(prof.display())
+
+
+def test_enable_disable_no_hook(prof_factory):
+    prof = prof_factory(one_mib)
+    prof.enable()
+    assert prof.enabled
+    one_mib()
+    prof.disable()
+    assert_no_hook(prof)
+    assert row(prof, one_mib, "# 1 MiB")["count"] == 1
+
+
+# ---- output --------------------------------------------------------------------------
+
+def test_readable_size():
+    assert readable_size(0) == "0.00B"
+    assert readable_size(1000) == "1000.00B"
+    assert readable_size(40960) == "40.00K"
+    assert readable_size(2 * MiB) == "2.00M"
+    assert readable_size(-MiB) == "-1.00M"
+    assert readable_size(3 << 30) == "3.00G"
+
+
+def test_html_has_bars_and_no_script(prof_factory):
+    prof = prof_factory(grow_then_free)
+    with prof:
+        grow_then_free()
+    page = prof.display()._repr_html_()
+    assert page.count("<table") == 1
+    assert "linear-gradient" in page and "<script" not in page
+    assert "grow_then_free" in page and "del x  # free one" in page
+
+
+def test_text_layout_in_fresh_process(tmp_path):
+    out, err = run_script(tmp_path, """\
+        import torch
+        from pytorch_memlab import LineProfiler
+
+        def work():
+            x = torch.empty(262144)
+            y = torch.empty(524288)
+            del x
+            return y
+
+        with LineProfiler(work, device="cpu") as prof:
+            work()
+        prof.print_stats()
+        """)
+    assert err == ""
+    lines = out.splitlines()
+    assert lines[0] == "## work"
+    assert lines[1] == ""
+    assert "cpu" in lines[2] and set(lines[2]) <= set("─ cpu")
+    assert lines[3].split() == ["active_bytes", "reserved_bytes", "active_bytes",
+                                "count", "line", "code"]
+    assert lines[4].split() == ["all.peak", "all.peak", "net", "growth"]
+    body = [line.split() for line in lines[5:]]
+    assert body[0] == ["4", "def", "work():"]                     # never runs: blanks
+    assert body[1][:5] == ["1.00M", "1.00M", "1.00M", "1", "5"]
+    assert body[2][:5] == ["3.00M", "3.00M", "2.00M", "1", "6"]
+    assert body[3][:5] == ["3.00M", "3.00M", "-1.00M", "1", "7"]
+    assert body[4][:5] == ["2.00M", "2.00M", "0.00B", "1", "8"]
+    code_at = lines[3].index("code")
+    assert lines[7][code_at:] == "    y = torch.empty(524288)"
+
+
+def test_default_device_without_cuda_notes_once(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("the note is for machines without CUDA")
+    out, err = run_script(tmp_path, """\
+        import torch
+        from pytorch_memlab import LineProfiler
+
+        def work():
+            return torch.empty(262144)
+
+        for _ in range(2):
+            prof = LineProfiler(work)
+            with prof:
+                work()
+        print(prof.devices)
+        """)
+    assert err.count("\n") == 1 and "CUDA is not available" in err and "device='cpu'" in err
+    assert out.strip() == "['cpu']"
+
+
+def test_explicit_cuda_without_cuda_is_an_error():
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA")
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        LineProfiler(device="cuda:0")
+    assert LineProfiler(device="all").devices == ["cpu"]
+
+
+def test_device_spellings(prof_factory):
+    for spec in ("cpu", torch.device("cpu"), ["cpu", "cpu"]):
+        assert prof_factory(device=spec).devices == ["cpu"]
+    with pytest.raises(ValueError):
+        prof_factory(device="tpu")

@@ -1,0 +1,386 @@
+"""profile, profile_every, the target GPU functions, on CPU tensors.
+
+Tests that look at what is printed at interpreter exit run a fresh
+interpreter on a script file; the rest run here with device='cpu'."""
+import asyncio
+import inspect
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("pytorch_memlab._torchshim")
+
+from pytorch_memlab import (  # noqa: E402
+    _tracer,
+    clear_global_line_profiler,
+    profile,
+    profile_every,
+    reset_target_gpu,
+    set_target_gpu,
+    target_gpu,
+)
+from pytorch_memlab.line_profiler import (  # noqa: E402
+    _devices,  # noqa: E402
+    global_line_profiler,
+    readable_size,
+)
+
+MiB = 1 << 20
+MONITORING = _tracer.MECHANISM == "monitoring"
+
+
+def line_of(func, text):
+    lines, start = inspect.getsourcelines(func)
+    for i, line in enumerate(lines):
+        if text in line:
+            return start + i
+    raise AssertionError(text)
+
+
+def row(prof, func, text):
+    lineno = line_of(func, text)
+    record = prof.stats(func)[0]
+    return next(line for line in record["lines"] if line["lineno"] == lineno)
+
+
+def run_script(tmp_path, source, expect_rc=0):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(source))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == expect_rc, proc.stderr
+    return proc.stdout, proc.stderr
+
+
+def parse(size):
+    units = {"B": 0, "K": 10, "M": 20, "G": 30}
+    return round(float(size[:-1]) * (1 << units[size[-1]]))
+
+
+def no_hook(*profilers):
+    """No trace hook on this thread.  On 3.12+ a decorated function's profiler
+    stays on between calls (parked, see _parking), so disable those first."""
+    assert sys.gettrace() is None
+    if MONITORING:
+        for prof in profilers:
+            prof.disable()
+        for tool in range(2, 6):
+            assert sys.monitoring.get_tool(tool) != "pytorch_memlab"
+
+
+@pytest.fixture
+def cpu_profile():
+    """The global profiler for device='cpu', empty before and after."""
+    clear_global_line_profiler()
+    yield lambda: global_line_profiler(device="cpu")
+    clear_global_line_profiler()
+    no_hook(global_line_profiler(device="cpu"))
+
+
+# ---- profile ---------------------------------------------------------------------
+
+@profile(device="cpu")
+def deco_work(n):
+    x = torch.empty(n)  # deco alloc
+    return x.numel()
+
+
+def test_profile_with_arguments_on_between_calls_only_if_cheap(cpu_profile):
+    assert deco_work.__name__ == "deco_work" and deco_work.__wrapped__
+    deco_work(262144)
+    # settrace: off between calls; sys.monitoring: parked (costs nothing)
+    assert cpu_profile().enabled == MONITORING
+    assert sys.gettrace() is None
+    deco_work(262144 * 2)
+    line = row(cpu_profile(), deco_work, "# deco alloc")
+    assert line["count"] == 2
+    assert line["net_growth"] == 3 * MiB   # x outlives its line: 1 MiB, then 2 MiB
+
+
+def test_profile_bare_prints_at_exit(tmp_path):
+    out, err = run_script(tmp_path, """\
+        import torch
+        from pytorch_memlab import profile
+
+        @profile
+        def work():
+            x = torch.empty(262144)
+            y = torch.empty(262144)
+            return x, y
+
+        work()
+        work()
+        print("main done")
+        """)
+    if not torch.cuda.is_available():
+        assert "CUDA is not available" in err and err.count("\n") == 1
+    first, _, table = out.partition("main done\n")
+    assert first == ""                   # printed at exit, after the script
+    lines = table.splitlines()
+    assert lines[0] == "## work"
+    assert lines[5].split() == ["4", "@profile"]
+    assert lines[6].split() == ["5", "def", "work():"]
+    assert lines[7].split()[:5] == ["1.00M", "1.00M", "2.00M", "2", "6"]
+    assert lines[8].split()[:5] == ["2.00M", "2.00M", "2.00M", "2", "7"]
+
+
+def test_profile_columns_positional_and_nested(tmp_path):
+    out, _ = run_script(tmp_path, """\
+        import torch
+        from pytorch_memlab import profile
+
+        @profile(device="cpu", columns=["active_bytes.all.allocated"])
+        def inner():
+            t = torch.empty(262144)
+            return t.numel()
+
+        @profile(device="cpu", columns=["active_bytes.all.allocated"])
+        def outer():
+            inner()
+            inner()
+
+        outer()
+        """)
+    assert out.count("## ") == 2 and "## outer" in out and "## inner" in out
+    outer = out[out.index("## outer"):].splitlines()
+    assert outer[3].split() == ["active_bytes", "active_bytes", "count", "line", "code"]
+    assert outer[4].split() == ["all.allocated", "net", "growth"]
+    assert outer[7].split()[:4] == ["1.00M", "0.00B", "1", "11"]   # inner() charged here
+
+
+def test_keyboard_interrupt_prints_and_leaves_no_hook(cpu_profile, capsys):
+    @profile(device="cpu")
+    def interrupted():
+        x = torch.empty(262144)  # ok line
+        raise KeyboardInterrupt  # interrupted here
+
+    with pytest.raises(KeyboardInterrupt):
+        interrupted()
+    no_hook(cpu_profile())
+    out = capsys.readouterr().out
+    assert out.startswith("## ")
+    assert "## test_keyboard_interrupt_prints_and_leaves_no_hook.<locals>.interrupted" in out
+    assert "raise KeyboardInterrupt  # interrupted here   <-- KeyboardInterrupt raised here" in out
+    assert row(cpu_profile(), interrupted, "# ok line")["net_growth"] == MiB
+
+
+def test_oom_marks_the_line_in_every_profiled_frame(cpu_profile, capsys):
+    @profile(device="cpu")
+    def allocate():
+        x = torch.empty(262144)  # fine
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")  # oom line
+
+    @profile(device="cpu")
+    def step():
+        allocate()  # call that fails
+
+    with pytest.raises(torch.OutOfMemoryError):
+        step()
+    out = capsys.readouterr().out
+    assert out.count("## ") == 2                      # printed once, at the outermost
+    marked = [line for line in out.splitlines() if "<-- OutOfMemoryError raised here" in line]
+    assert len(marked) == 2
+    assert any("# oom line" in m for m in marked)
+    assert any("# call that fails" in m for m in marked)
+    prof = cpu_profile()
+    assert row(prof, allocate, "# oom line")["raised"] == "OutOfMemoryError"
+    assert row(prof, step, "# call that fails")["raised"] == "OutOfMemoryError"
+    assert row(prof, allocate, "# fine")["raised"] is None
+    no_hook(prof)
+
+
+def test_exception_after_script_end_is_printed_once(tmp_path):
+    out, err = run_script(tmp_path, """\
+        import torch
+        from pytorch_memlab import profile
+
+        @profile(device="cpu")
+        def work():
+            x = torch.empty(262144)
+            raise ValueError("bad")
+
+        work()
+        """, expect_rc=1)
+    assert out.count("## work") == 1
+    assert "<-- ValueError raised here" in out
+    assert "ValueError: bad" in err
+
+
+def test_methods_forward_static_class(cpu_profile):
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(64, 64)
+
+        @profile(device="cpu")
+        def forward(self, inp):
+            return self.lin(inp)  # forward line
+
+        @profile(device="cpu")
+        @staticmethod
+        def make():
+            return torch.empty(262144)  # static line
+
+        @profile(device="cpu")
+        @classmethod
+        def build(cls):
+            return cls()  # class line
+
+    with torch.no_grad():
+        net = Net.build()
+        net(torch.ones(2, 64))
+        Net.make()
+    prof = cpu_profile()
+    assert row(prof, Net.forward, "# forward line")["count"] == 1
+    assert row(prof, Net.make, "# static line")["net_growth"] == MiB
+    assert row(prof, Net.build, "# class line")["count"] == 1
+
+
+def test_generator_and_coroutine(cpu_profile):
+    @profile(device="cpu")
+    def chunks():
+        for _ in range(3):
+            yield torch.empty(262144)  # yield line
+
+    @profile(device="cpu")
+    async def coro():
+        x = torch.empty(262144)  # before await
+        await asyncio.sleep(0)
+        return x  # after await
+
+    assert len(list(chunks())) == 3
+    asyncio.run(coro())
+    prof = cpu_profile()
+    assert row(prof, chunks, "# yield line")["count"] >= 3
+    assert row(prof, coro, "# before await")["net_growth"] == MiB
+    assert row(prof, coro, "# after await")["count"] == 1
+
+
+def test_thread_started_before_and_after(cpu_profile):
+    @profile(device="cpu")
+    def in_thread():
+        x = torch.empty(262144)  # thread line
+        return x.numel()
+
+    go, done = threading.Event(), threading.Event()
+
+    def worker():
+        go.wait()
+        in_thread()
+        done.set()
+
+    early = threading.Thread(target=worker)
+    early.start()                        # exists before anything is enabled
+
+    @profile(device="cpu")
+    def main_side():
+        go.set()
+        done.wait(30)  # waits for the early thread
+        late = threading.Thread(target=in_thread)
+        late.start()
+        late.join()
+
+    main_side()
+    early.join()
+    assert row(cpu_profile(), in_thread, "# thread line")["count"] == 2
+
+
+def test_clear_global_line_profiler(cpu_profile):
+    deco_work(10)
+    assert row(cpu_profile(), deco_work, "# deco alloc")["count"] == 1
+    clear_global_line_profiler()
+    assert row(cpu_profile(), deco_work, "# deco alloc")["count"] == 0
+    deco_work(10)
+    assert row(cpu_profile(), deco_work, "# deco alloc")["count"] == 1
+
+
+def test_parked_profilers_are_released_when_tool_ids_run_out(cpu_profile, monkeypatch):
+    from pytorch_memlab.line_profiler import profiler as profiler_module
+    monkeypatch.setattr(profiler_module, "PARK_BETWEEN_CALLS", True)
+    deco_work(10)
+    parked = cpu_profile()
+    assert parked.enabled                       # parked after the call
+
+    @profile_every(1, device="cpu")
+    def other():
+        return 1
+
+    prof = other.line_profiler
+    real_start, failures = prof._start, []
+
+    def start_once_out_of_ids():
+        if not failures:
+            failures.append(1)
+            raise RuntimeError("every sys.monitoring tool id from 2 to 5 is in use")
+        real_start()
+
+    monkeypatch.setattr(prof, "_start", start_once_out_of_ids)
+    other()
+    assert failures and not parked.enabled      # released, then the retry worked
+    assert prof.stats()[0]["lines"] is not None
+    prof.disable()
+    parked.disable()
+    assert sys.gettrace() is None
+
+
+# ---- profile_every ---------------------------------------------------------------------
+
+def test_profile_every_prints_each_interval(capsys):
+    @profile_every(2, device="cpu")
+    def step(n):
+        x = torch.empty(n)  # every line
+        return x.numel()
+
+    for i in range(5):
+        step(262144 * (i + 1))
+    out = capsys.readouterr().out
+    tables = out.split("## ")[1:]
+    assert len(tables) == 2                              # after calls 2 and 4
+    # each table holds only its own interval: calls 1-2 grew 1+2 MiB, calls 3-4 3+4 MiB
+    rows = [t.split("# every line")[0].splitlines()[-1].split() for t in tables]
+    assert [r[2:4] for r in rows] == [["3.00M", "2"], ["7.00M", "2"]]
+    assert readable_size(parse(rows[1][0]) - parse(rows[0][0])) == "2.00M"   # peaks 4 vs 2
+    assert step.line_profiler.stats()[0]["lines"][2]["count"] == 1   # call 5, unprinted
+    no_hook(step.line_profiler)
+
+
+def test_profile_every_disabled_returns_function():
+    def step():
+        return 1
+    assert profile_every(3, enable=False)(step) is step
+    with pytest.raises(ValueError):
+        profile_every(0)
+
+
+def test_profile_every_prints_on_exception(capsys):
+    @profile_every(10, device="cpu")
+    def fails():
+        raise RuntimeError("x")  # fails here
+
+    with pytest.raises(RuntimeError):
+        fails()
+    assert "<-- RuntimeError raised here" in capsys.readouterr().out
+
+
+# ---- the target GPU --------------------------------------------------------------------
+
+def test_target_gpu_state_without_cuda_profilers():
+    before = _devices._target
+    try:
+        set_target_gpu(0)
+        assert _devices.current_target() == 0
+        with target_gpu(torch.device("cuda", 0)) as index:
+            assert index == 0
+        assert _devices._target == 0
+        reset_target_gpu()
+        assert _devices._target is None
+        with pytest.raises(ValueError):
+            set_target_gpu("cpu")
+        with pytest.raises(ValueError):
+            set_target_gpu(-1)
+    finally:
+        _devices._target = before
