@@ -564,3 +564,84 @@ def test_interpreter_exit_leaves_nothing(tmp_path):
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert "clean" in out.stdout
+
+
+# --- several tracers share one device ---------------------------------------
+
+def test_peers_do_not_hide_each_others_peaks(make_tracer):
+    # a watches outer only, b watches inner only: b's readings reset the
+    # device's peak inside inner(), a must still see it on its caller line.
+    a = make_tracer(outer)
+    b = make_tracer(inner)
+    a.enable()
+    b.enable()
+    outer()
+    b.disable()
+    a.disable()
+    assert row(a, outer, "# call inner")[2]["bytes.peak"] == 1010
+    assert row(b, inner, "# inner grab")[2]["bytes.peak"] == 1010
+
+
+def test_more_tracers_than_tool_ids(make_tracer):
+    tracers = [make_tracer(simple) for _ in range(8)]
+    for t in tracers:
+        t.enable()
+    simple()
+    if MONITORING:
+        assert len({t.tool_id for t in tracers}) == 1      # one shared id
+    for t in tracers:
+        t.disable()
+    alloc(-60)
+    assert all(row(t, simple, "# grab")[0] == 1 for t in tracers)
+    if MONITORING:
+        assert all(sys.monitoring.get_tool(i) is None for i in range(2, 6))
+
+
+def test_disabling_one_tracer_keeps_the_other_running(make_tracer):
+    a = make_tracer(simple)
+    b = make_tracer(simple)
+    a.enable()
+    b.enable()
+    a.disable()
+    simple()
+    b.disable()
+    alloc(-60)
+    assert a.stats()[simple.__code__] == {}
+    assert row(b, simple, "# grab")[0] == 1
+
+
+class TwoDevices:
+    """Python source with two devices whose levels the test sets."""
+    name = "two"
+    fields = ("b.current", "b.peak")
+
+    def __init__(self):
+        self.level = [0, 0]
+
+    def prepare(self, device):
+        pass
+
+    def sample(self, device):
+        return (self.level[device], self.level[device])
+
+    def reset_peaks(self, device):
+        pass
+
+
+def test_set_device_measures_growth_on_the_new_device():
+    src = TwoDevices()
+    src.level = [100, 5000]
+    t = _tracer.Tracer(src, 0, ["b.peak"], "b.current")
+
+    def switch():
+        src.level[0] += 10  # on zero
+        t.set_device(1)  # switch
+        src.level[1] += 7  # on one
+    t.add_code(switch.__code__)
+    t.enable()
+    switch()
+    t.disable()
+    assert row(t, switch, "# on zero")[1] == 10
+    assert row(t, switch, "# switch")[1] == 0      # not 5000 - 110
+    count, growth, v = row(t, switch, "# on one")
+    assert growth == 7 and v["b.peak"] == 5007

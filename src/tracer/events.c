@@ -147,3 +147,24 @@ tracer_close_all_frames(TracerObject *t)
         }
     }
 }
+
+void
+tracer_fold_now(TracerObject *t)
+{
+    ThreadStack *stack = current_stack(t);
+    int64_t level;
+    if (stack != NULL && stack->depth > 0) {
+        fold_interval(t, stack, &level);
+    }
+}
+
+void
+tracer_restart_levels(TracerObject *t, int64_t level)
+{
+    for (int s = 0; s < t->threads.n_stacks; s++) {
+        ThreadStack *stack = &t->threads.stacks[s];
+        for (int i = 0; i < stack->depth; i++) {
+            stack->frames[i].start_level = level;
+        }
+    }
+}

@@ -25,37 +25,32 @@ static const struct {
 
 static const int first_tool_id = 2, last_tool_id = 5;
 
-/* A callable registered with sys.monitoring for one tracer and one event. */
+/* One tool id serves every enabled tracer, the way one settrace hook does:
+ * ids are few (2..5) and other tools want them too. */
+static int shared_tool_id = -1;
+static PyObject *instrumented;        /* Owned. set of codes with local events on */
+
+/* A callable registered with sys.monitoring for one event. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    TracerObject *tracer;      /* Owned. */
     event_action action;
 } CallbackObject;
 
 static PyTypeObject *callback_type;   /* Owned by the module (kept alive with it). */
 
-static PyObject *
-callback_call(CallbackObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+static void
+dispatch(TracerObject *t, LineTable *table, event_action action, PyObject *code,
+         PyObject *where)
 {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    TracerObject *t = self->tracer;
-    if (nargs < 2 || !PyCode_Check(args[0])) {
-        Py_RETURN_NONE;
-    }
-    LineTable *table = codemap_get(&t->codes, args[0]);
-    if (table == NULL) {
-        Py_RETURN_NONE;
-    }
-    switch (self->action) {
+    switch (action) {
     case ACT_LINE: {
-        int line = (int)PyLong_AsLong(args[1]);
+        int line = (int)PyLong_AsLong(where);
         if (line == -1 && PyErr_Occurred()) {
             PyErr_Clear();
+            return;
         }
-        else {
-            tracer_on_line(t, table, line);
-        }
+        tracer_on_line(t, table, line);
         break;
     }
     case ACT_START:
@@ -63,8 +58,8 @@ callback_call(CallbackObject *self, PyObject *const *args, size_t nargsf, PyObje
         break;
     case ACT_RESUME: {
         /* A resume continues the line that yielded: no LINE event comes. */
-        int offset = (int)PyLong_AsLong(args[1]);
-        int line = offset < 0 ? -1 : PyCode_Addr2Line((PyCodeObject *)args[0], offset);
+        int offset = (int)PyLong_AsLong(where);
+        int line = offset < 0 ? -1 : PyCode_Addr2Line((PyCodeObject *)code, offset);
         if (PyErr_Occurred()) {
             PyErr_Clear();
             line = -1;
@@ -76,30 +71,30 @@ callback_call(CallbackObject *self, PyObject *const *args, size_t nargsf, PyObje
         tracer_on_leave(t, table);
         break;
     }
+}
+
+static PyObject *
+callback_call(CallbackObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs < 2 || !PyCode_Check(args[0])) {
+        Py_RETURN_NONE;
+    }
+    TracerObject *next;
+    for (TracerObject *t = memlab_enabled_tracers; t != NULL; t = next) {
+        next = t->next_enabled;
+        LineTable *table = codemap_get(&t->codes, args[0]);
+        if (table != NULL) {
+            dispatch(t, table, self->action, args[0], args[1]);
+        }
+    }
     Py_RETURN_NONE;
-}
-
-static int
-callback_traverse(CallbackObject *self, visitproc visit, void *arg)
-{
-    Py_VISIT(Py_TYPE(self));
-    Py_VISIT(self->tracer);
-    return 0;
-}
-
-static int
-callback_clear(CallbackObject *self)
-{
-    Py_CLEAR(self->tracer);
-    return 0;
 }
 
 static void
 callback_dealloc(CallbackObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);
-    PyObject_GC_UnTrack(self);
-    callback_clear(self);
     type->tp_free(self);
     Py_DECREF(type);
 }
@@ -110,11 +105,9 @@ static PyMemberDef callback_members[] = {
 };
 
 static PyType_Slot callback_slots[] = {
-    {Py_tp_doc, "A sys.monitoring callback of one tracer."},
+    {Py_tp_doc, "A sys.monitoring callback of pytorch_memlab's tracers."},
     {Py_tp_call, PyVectorcall_Call},
     {Py_tp_dealloc, callback_dealloc},
-    {Py_tp_traverse, callback_traverse},
-    {Py_tp_clear, callback_clear},
     {Py_tp_members, callback_members},
     {0, NULL},
 };
@@ -122,22 +115,20 @@ static PyType_Slot callback_slots[] = {
 static PyType_Spec callback_spec = {
     .name = "pytorch_memlab._tracer.MonitoringCallback",
     .basicsize = sizeof(CallbackObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL
              | Py_TPFLAGS_DISALLOW_INSTANTIATION,
     .slots = callback_slots,
 };
 
 static PyObject *
-new_callback(TracerObject *t, event_action action)
+new_callback(event_action action)
 {
-    CallbackObject *cb = PyObject_GC_New(CallbackObject, callback_type);
+    CallbackObject *cb = PyObject_New(CallbackObject, callback_type);
     if (cb == NULL) {
         return NULL;
     }
     cb->vectorcall = (vectorcallfunc)callback_call;
-    cb->tracer = (TracerObject *)Py_NewRef((PyObject *)t);
     cb->action = action;
-    PyObject_GC_Track(cb);
     return (PyObject *)cb;
 }
 
@@ -155,32 +146,6 @@ monitoring_module(void)
     return mon;
 }
 
-/* Bits of the events with the given locality, read at run time. */
-static int
-event_bits(PyObject *mon, int local, long *bits)
-{
-    PyObject *events = PyObject_GetAttrString(mon, "events");
-    if (events == NULL) {
-        return -1;
-    }
-    *bits = 0;
-    for (int i = 0; i < N_EVENTS; i++) {
-        if (monitor_events[i].local != local) {
-            continue;
-        }
-        PyObject *v = PyObject_GetAttrString(events, monitor_events[i].name);
-        long bit = v ? PyLong_AsLong(v) : -1;
-        Py_XDECREF(v);
-        if (bit == -1 && PyErr_Occurred()) {
-            Py_DECREF(events);
-            return -1;
-        }
-        *bits |= bit;
-    }
-    Py_DECREF(events);
-    return 0;
-}
-
 static long
 event_bit(PyObject *mon, int i)
 {
@@ -190,6 +155,24 @@ event_bit(PyObject *mon, int i)
     Py_XDECREF(v);
     Py_XDECREF(events);
     return bit;
+}
+
+/* Bits of the events with the given locality, read at run time. */
+static int
+event_bits(PyObject *mon, int local, long *bits)
+{
+    *bits = 0;
+    for (int i = 0; i < N_EVENTS; i++) {
+        if (monitor_events[i].local != local) {
+            continue;
+        }
+        long bit = event_bit(mon, i);
+        if (bit == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        *bits |= bit;
+    }
+    return 0;
 }
 
 static int
@@ -213,54 +196,39 @@ claim_tool_id(PyObject *mon)
 }
 
 static int
-set_local(PyObject *mon, int id, PyObject *code, long bits)
+set_local(PyObject *mon, PyObject *code, long bits)
 {
-    PyObject *r = PyObject_CallMethod(mon, "set_local_events", "iOl", id, code, bits);
+    PyObject *r = PyObject_CallMethod(mon, "set_local_events", "iOl", shared_tool_id,
+                                      code, bits);
     Py_XDECREF(r);
     return r ? 0 : -1;
 }
 
-/* Register callbacks, global and local events; on failure undo via teardown. */
+/* Local events on for `code` unless they already are. */
 static int
-register_all(TracerObject *t, PyObject *mon)
+instrument(PyObject *mon, PyObject *code)
 {
-    long local_bits, global_bits;
-    if (event_bits(mon, 1, &local_bits) < 0 || event_bits(mon, 0, &global_bits) < 0) {
+    long local_bits;
+    int present = PySet_Contains(instrumented, code);
+    if (present != 0) {
+        return present < 0 ? -1 : 0;
+    }
+    if (event_bits(mon, 1, &local_bits) < 0 || set_local(mon, code, local_bits) < 0) {
         return -1;
     }
-    for (int i = 0; i < N_EVENTS; i++) {
-        long bit = event_bit(mon, i);
-        PyObject *cb = bit < 0 ? NULL : new_callback(t, monitor_events[i].action);
-        PyObject *r = cb ? PyObject_CallMethod(mon, "register_callback", "ilO",
-                                               t->tool_id, bit, cb) : NULL;
-        Py_XDECREF(cb);
-        Py_XDECREF(r);
-        if (r == NULL) {
-            return -1;
-        }
-    }
-    PyObject *r = PyObject_CallMethod(mon, "set_events", "il", t->tool_id, global_bits);
-    Py_XDECREF(r);
-    if (r == NULL) {
-        return -1;
-    }
-    for (int i = 0; i < t->codes.n_tables; i++) {
-        if (set_local(mon, t->tool_id, t->codes.tables[i]->code, local_bits) < 0) {
-            return -1;
-        }
-    }
-    return 0;
+    return PySet_Add(instrumented, code);
 }
 
 /* Clear events and callbacks ourselves (3.12/3.13 free_tool_id does not),
  * then free the id.  Carries on past failures; reports the first. */
 static int
-teardown(TracerObject *t, PyObject *mon)
+teardown(PyObject *mon)
 {
     int ret = 0;
-    int id = t->tool_id;
+    int id = shared_tool_id;
     memlab_saved_exc first = {0};
     PyObject *r;
+    PyObject *codes = PySequence_List(instrumented);
 #define STEP(call)                                             \
     r = (call);                                                \
     if (r == NULL) {                                           \
@@ -269,10 +237,16 @@ teardown(TracerObject *t, PyObject *mon)
     }                                                          \
     Py_XDECREF(r);
     STEP(PyObject_CallMethod(mon, "set_events", "ii", id, 0))
-    for (int i = 0; i < t->codes.n_tables; i++) {
-        STEP(PyObject_CallMethod(mon, "set_local_events", "iOi", id,
-                                 t->codes.tables[i]->code, 0))
+    if (codes == NULL) {
+        memlab_save_exc(&first);
+        ret = -1;
     }
+    for (Py_ssize_t i = 0; codes != NULL && i < PyList_GET_SIZE(codes); i++) {
+        STEP(PyObject_CallMethod(mon, "set_local_events", "iOi", id,
+                                 PyList_GET_ITEM(codes, i), 0))
+    }
+    Py_XDECREF(codes);
+    PySet_Clear(instrumented);
     for (int i = 0; i < N_EVENTS; i++) {
         long bit = event_bit(mon, i);
         if (bit < 0) {
@@ -283,11 +257,50 @@ teardown(TracerObject *t, PyObject *mon)
     }
     STEP(PyObject_CallMethod(mon, "free_tool_id", "i", id))
 #undef STEP
-    t->tool_id = -1;
+    shared_tool_id = -1;
     if (ret < 0) {
         memlab_restore_exc(&first);
     }
     return ret;
+}
+
+/* Claim the id, register a callback per event and the global events. */
+static int
+start_monitoring(PyObject *mon)
+{
+    long global_bits;
+    shared_tool_id = claim_tool_id(mon);
+    if (shared_tool_id < 0) {
+        return -1;
+    }
+    for (int i = 0; i < N_EVENTS; i++) {
+        long bit = event_bit(mon, i);
+        PyObject *cb = bit < 0 ? NULL : new_callback(monitor_events[i].action);
+        PyObject *r = cb ? PyObject_CallMethod(mon, "register_callback", "ilO",
+                                               shared_tool_id, bit, cb) : NULL;
+        Py_XDECREF(cb);
+        Py_XDECREF(r);
+        if (r == NULL) {
+            return -1;
+        }
+    }
+    if (event_bits(mon, 0, &global_bits) < 0) {
+        return -1;
+    }
+    PyObject *r = PyObject_CallMethod(mon, "set_events", "il", shared_tool_id, global_bits);
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
+static void
+teardown_keeping_error(PyObject *mon)
+{
+    memlab_saved_exc saved;
+    memlab_save_exc(&saved);
+    if (teardown(mon) < 0) {
+        PyErr_Clear();
+    }
+    memlab_restore_exc(&saved);
 }
 
 int
@@ -298,37 +311,67 @@ monitoring_enable(TracerObject *t)
     if (mon == NULL) {
         return -1;
     }
-    t->tool_id = claim_tool_id(mon);
-    if (t->tool_id < 0) {
-        goto error;
-    }
-    if (register_all(t, mon) < 0) {
-        memlab_saved_exc saved;
-        memlab_save_exc(&saved);
-        if (teardown(t, mon) < 0) {
-            PyErr_Clear();
+    if (shared_tool_id < 0 && start_monitoring(mon) < 0) {
+        if (shared_tool_id >= 0) {
+            teardown_keeping_error(mon);
         }
-        memlab_restore_exc(&saved);
         goto error;
     }
+    for (int i = 0; i < t->codes.n_tables; i++) {
+        if (instrument(mon, t->codes.tables[i]->code) < 0) {
+            goto error;
+        }
+    }
+    t->tool_id = shared_tool_id;
     ret = 0;
 error:
+    if (ret < 0 && memlab_enabled_tracers == t && t->next_enabled == NULL
+            && shared_tool_id >= 0) {
+        teardown_keeping_error(mon);    /* we were the only user */
+    }
     Py_DECREF(mon);
     return ret;
 }
 
+static int
+wanted_by_enabled(PyObject *code)
+{
+    for (TracerObject *t = memlab_enabled_tracers; t != NULL; t = t->next_enabled) {
+        if (codemap_get(&t->codes, code) != NULL) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Called once t is off the enabled list. */
 int
 monitoring_disable(TracerObject *t)
 {
-    if (t->tool_id < 0) {
+    int ret = 0;
+    t->tool_id = -1;
+    if (shared_tool_id < 0) {
         return 0;
     }
     PyObject *mon = monitoring_module();
     if (mon == NULL) {
-        t->tool_id = -1;
         return -1;
     }
-    int ret = teardown(t, mon);
+    if (memlab_enabled_tracers == NULL) {
+        ret = teardown(mon);
+    }
+    else {
+        /* Stop instrumenting code that no enabled tracer wants any more. */
+        for (int i = 0; i < t->codes.n_tables && ret == 0; i++) {
+            PyObject *code = t->codes.tables[i]->code;
+            if (wanted_by_enabled(code) || PySet_Contains(instrumented, code) != 1) {
+                continue;
+            }
+            if (set_local(mon, code, 0) < 0 || PySet_Discard(instrumented, code) < 0) {
+                ret = -1;
+            }
+        }
+    }
     Py_DECREF(mon);
     return ret;
 }
@@ -336,15 +379,11 @@ monitoring_disable(TracerObject *t)
 int
 monitoring_add_code(TracerObject *t, PyObject *code)
 {
-    long local_bits;
     PyObject *mon = monitoring_module();
     if (mon == NULL) {
         return -1;
     }
-    int ret = event_bits(mon, 1, &local_bits);
-    if (ret == 0) {
-        ret = set_local(mon, t->tool_id, code, local_bits);
-    }
+    int ret = instrument(mon, code);
     Py_DECREF(mon);
     return ret;
 }
@@ -352,6 +391,10 @@ monitoring_add_code(TracerObject *t, PyObject *code)
 int
 monitoring_init(PyObject *module)
 {
+    instrumented = PySet_New(NULL);
+    if (instrumented == NULL) {
+        return -1;
+    }
     callback_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &callback_spec, NULL);
     if (callback_type == NULL) {
         return -1;

@@ -162,9 +162,18 @@ sampler_init(Sampler *s, PyObject *source, int device, PyObject *columns,
         }
     }
     s->reading = calloc((size_t)s->n_fields + 1, sizeof(int64_t));
-    if (s->reading == NULL) {
+    s->carried = calloc((size_t)s->n_fields + 1, sizeof(int64_t));
+    s->field_is_peak = calloc((size_t)s->n_fields + 1, 1);
+    if (s->reading == NULL || s->carried == NULL || s->field_is_peak == NULL) {
         PyErr_NoMemory();
         goto error;
+    }
+    for (int f = 0; f < s->n_fields; f++) {
+        const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(fields, f));
+        if (name == NULL) {
+            goto error;
+        }
+        s->field_is_peak[f] = kind_of(name) == COLUMN_PEAK;
     }
     if (sampler_pick_columns(s, fields, columns) < 0) {
         goto error;
@@ -184,7 +193,10 @@ error:
 void
 sampler_dealloc(Sampler *s)
 {
+    sampler_stop(s);
     Py_CLEAR(s->owner);
+    free(s->carried); free(s->field_is_peak);
+    s->carried = NULL; s->field_is_peak = NULL;
     free(s->field_of); free(s->kinds); free(s->folds);
     free(s->reading); free(s->last_counter);
     s->field_of = NULL; s->kinds = NULL; s->folds = NULL;
@@ -273,9 +285,64 @@ python_reset(Sampler *s)
     return r ? 0 : -1;
 }
 
+/* Samplers that are started.  Several may read one device (two profilers,
+ * nested or side by side); each reading resets the device's peaks, so it
+ * hands the peaks it saw to its peers, who would otherwise miss them. */
+static Sampler *live_samplers;
+
+static int
+same_device(const Sampler *a, const Sampler *b)
+{
+    return a->device == b->device
+           && (a->csource != NULL ? a->csource == b->csource : a->owner == b->owner);
+}
+
+static void
+share_peaks(const Sampler *s)
+{
+    for (Sampler *peer = live_samplers; peer != NULL; peer = peer->next_live) {
+        if (peer == s || !same_device(peer, s)) {
+            continue;
+        }
+        for (int f = 0; f < s->n_fields; f++) {
+            if (s->field_is_peak[f] && s->reading[f] > peer->carried[f]) {
+                peer->carried[f] = s->reading[f];
+            }
+        }
+        peer->has_carried = 1;
+    }
+}
+
+void
+sampler_stop(Sampler *s)
+{
+    Sampler **link = &live_samplers;
+    while (*link != NULL && *link != s) {
+        link = &(*link)->next_live;
+    }
+    if (*link == s) {
+        *link = s->next_live;
+    }
+    s->next_live = NULL;
+    s->live = 0;
+}
+
+static int
+sampler_read_reset(Sampler *s);
+
 /* Read and reset; a Python source's error is reported, never propagated. */
 static int
 sampler_read(Sampler *s)
+{
+    int rc = sampler_read_reset(s);
+    if (rc == 0 && s->has_peaks) {
+        share_peaks(s);
+    }
+    return rc;
+}
+
+static int
+sampler_read_reset(Sampler *s)
 {
     if (s->csource != NULL) {
         if (s->csource->sample(s->device, s->reading) < 0) {
@@ -314,11 +381,19 @@ sampler_start(Sampler *s)
         }
         Py_DECREF(r);
     }
+    if (!s->live) {
+        s->next_live = live_samplers;
+        live_samplers = s;
+        s->live = 1;
+    }
     if (sampler_read(s) < 0) {
+        sampler_stop(s);
         PyErr_Format(PyExc_RuntimeError, "cannot read device %d of the memory source",
                      s->device);
         return -1;
     }
+    s->has_carried = 0;
+    memset(s->carried, 0, sizeof(int64_t) * (size_t)s->n_fields);
     for (int c = 0; c < s->n_columns; c++) {
         s->last_counter[c] = s->reading[s->field_of[c]];
     }
@@ -337,9 +412,17 @@ sampler_take(Sampler *s, int64_t *interval, int64_t *level)
             interval[c] = v - s->last_counter[c];
             s->last_counter[c] = v;
         }
+        else if (s->kinds[c] == COLUMN_PEAK && s->has_carried
+                 && s->carried[s->field_of[c]] > v) {
+            interval[c] = s->carried[s->field_of[c]];
+        }
         else {
             interval[c] = v;
         }
+    }
+    if (s->has_carried) {
+        memset(s->carried, 0, sizeof(int64_t) * (size_t)s->n_fields);
+        s->has_carried = 0;
     }
     *level = s->growth_field >= 0 ? s->reading[s->growth_field] : 0;
     return 0;

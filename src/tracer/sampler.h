@@ -13,7 +13,7 @@ typedef enum {
     COLUMN_LEVEL      /* anything else: the reading itself */
 } column_kind;
 
-typedef struct {
+typedef struct Sampler {
     const memlab_source *csource;  /* Borrowed: static storage in the shim. */
     PyObject *owner;               /* Owned. the capsule, or the Python source */
     int device;
@@ -26,6 +26,12 @@ typedef struct {
     int has_peaks;
     int64_t *reading;              /* Owned. n_fields: the latest sample */
     int64_t *last_counter;         /* Owned. n_columns: previous counter readings */
+    char *field_is_peak;           /* Owned. n_fields */
+    int64_t *carried;              /* Owned. n_fields: peaks a peer read (and reset)
+                                      since our last reading */
+    int has_carried;
+    struct Sampler *next_live;     /* Borrowed. started samplers, to share peaks */
+    int live;
 } Sampler;
 
 /* Python-facing helpers; return NULL / -1 with an exception set. */
@@ -38,6 +44,9 @@ PyObject *sampler_growth_name(const Sampler *s);
 
 /* Control path: prepare the device, take a first reading, reset peaks. */
 int sampler_start(Sampler *s);
+
+/* Control path: stop sharing readings (disable, dealloc). */
+void sampler_stop(Sampler *s);
 
 /* Hot path: interval figures into `interval`, growth field's level into
  * *level.  Never raises; returns -1 if the device could not be read. */

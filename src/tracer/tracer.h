@@ -27,6 +27,12 @@ void tracer_on_start(TracerObject *t, LineTable *table, int line);
 void tracer_on_line(TracerObject *t, LineTable *table, int line);
 void tracer_on_leave(TracerObject *t, LineTable *table);
 
+/* Fold the open interval into the calling thread's frames (control path). */
+void tracer_fold_now(TracerObject *t);
+
+/* Every open line now starts at `level` (after a device switch). */
+void tracer_restart_levels(TracerObject *t, int64_t level);
+
 /* Commit and drop every open frame of every thread. */
 void tracer_close_all_frames(TracerObject *t);
 

@@ -110,6 +110,7 @@ Tracer_enable(TracerObject *self, PyObject *unused)
     if (hook_enable(self) < 0) {
         self->enabled = 0;
         enabled_list_remove(self);
+        sampler_stop(&self->sampler);
         return NULL;
     }
     Py_RETURN_NONE;
@@ -125,6 +126,7 @@ tracer_disable(TracerObject *self)
     tracer_close_all_frames(self);
     self->enabled = 0;
     enabled_list_remove(self);
+    sampler_stop(&self->sampler);
     return hook_disable(self);
 }
 
@@ -155,10 +157,20 @@ Tracer_set_device(TracerObject *self, PyObject *arg)
     }
     int old = self->sampler.device;
     self->sampler.device = device;
-    if (self->enabled && sampler_start(&self->sampler) < 0) {
+    if (!self->enabled) {
+        Py_RETURN_NONE;
+    }
+    /* Close the open interval on the old device, then measure from the new. */
+    self->sampler.device = old;
+    tracer_fold_now(self);
+    self->sampler.device = device;
+    if (sampler_start(&self->sampler) < 0) {
         self->sampler.device = old;
         return NULL;
     }
+    int64_t level = self->sampler.growth_field >= 0
+                    ? self->sampler.reading[self->sampler.growth_field] : 0;
+    tracer_restart_levels(self, level);
     Py_RETURN_NONE;
 }
 
