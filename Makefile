@@ -1,0 +1,88 @@
+# Developer and CI targets.
+#
+#   make build   build the extensions in place for every Python below
+#   make test    the full suite on $(PYTHON); the tracer tests on each of
+#                $(TRACER_PYTHONS), once per mechanism
+#   make asan    the tracer built with AddressSanitizer into $(ASAN_DIR) (the
+#                in-place build is left alone), its tests run against it
+#   make bench   bench/bench_tracer.py --all on every Python
+#
+# PYTHON has torch and runs everything; TRACER_PYTHONS have no torch and run
+# test/test_tracer*.py only.  Override either: make test PYTHON=python3.11
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+PYTHON ?= .venv/bin/python
+TRACER_PYTHONS ?= $(sort $(wildcard .venv-3.*/bin/python))
+ALL_PYTHONS := $(PYTHON) $(TRACER_PYTHONS)
+# absolute paths (asan runs from inside its tree); bare names stay on PATH
+ALL_PYTHONS_ABS = $(foreach p,$(ALL_PYTHONS),$(if $(findstring /,$(p)),$(abspath $(p)),$(p)))
+TRACER_TESTS := $(wildcard test/test_tracer*.py)
+PYTEST_FLAGS ?= -q -p no:cacheprovider
+
+ASAN_DIR ?= build/asan
+ASAN_EXAMPLES ?= 60
+LIBASAN = $(shell gcc -print-file-name=libasan.so)
+
+# $(call mechanisms,PY): the tracer mechanisms that interpreter offers
+mechanisms = $$($(1) -c 'import sys; print("monitoring settrace" if sys.version_info >= (3, 12) else "settrace")')
+
+.PHONY: build test asan bench clean-asan
+
+build:
+	MEMLAB_WERROR=1 $(PYTHON) setup.py -q build_ext --inplace
+	for py in $(TRACER_PYTHONS); do \
+	    MEMLAB_WERROR=1 MEMLAB_NO_TORCHSHIM=1 $$py setup.py -q build_ext --inplace; \
+	done
+
+test: build
+	PYTHONPATH=$(CURDIR) $(PYTHON) -m pytest $(PYTEST_FLAGS) test
+	for py in $(TRACER_PYTHONS); do \
+	    for mech in $(call mechanisms,$$py); do \
+	        echo "== $$py, $$mech"; \
+	        PYTHONPATH=$(CURDIR) PYTORCH_MEMLAB_TRACER=$$mech \
+	            $$py -m pytest $(PYTEST_FLAGS) $(TRACER_TESTS); \
+	    done; \
+	done
+
+# The ASan build lives in its own tree: a copy of the package's Python files
+# plus _tracer built with -fsanitize=address for each interpreter.  Tests run
+# from inside that tree so its package, not the in-place one, is imported;
+# the first step checks that.  PYTHONMALLOC=malloc lets ASan see Python
+# objects too (a reference-count slip becomes a use-after-free report).  ASan
+# stops the process at its first report (a failure); the logs are searched as
+# well, for reports from subprocesses.
+asan: clean-asan
+	mkdir -p $(ASAN_DIR)
+	tar --exclude='*.so' --exclude=__pycache__ -cf - pytorch_memlab | tar -xf - -C $(ASAN_DIR)
+	for py in $(ALL_PYTHONS); do \
+	    tag=$$($$py -c 'import sys; print(sys.implementation.cache_tag)'); \
+	    MEMLAB_ASAN=1 MEMLAB_NO_TORCHSHIM=1 $$py setup.py -q build_ext --force \
+	        -b $(ASAN_DIR) -t $(ASAN_DIR)/tmp-$$tag; \
+	done
+	cd $(ASAN_DIR) && for py in $(ALL_PYTHONS_ABS); do \
+	    for mech in $(call mechanisms,$$py); do \
+	        echo "== ASan: $$py, $$mech"; \
+	        log=asan-$$($$py -c 'import sys; print(sys.implementation.cache_tag)')-$$mech.log; \
+	        export LD_PRELOAD=$(LIBASAN) ASAN_OPTIONS=detect_leaks=0 PYTHONMALLOC=malloc \
+	            PYTHONPATH=. PYTORCH_MEMLAB_TRACER=$$mech \
+	            MEMLAB_PROPERTY_EXAMPLES=$(ASAN_EXAMPLES); \
+	        $$py -c 'import os, pytorch_memlab._tracer as t; assert t.__file__.startswith(os.getcwd()), t.__file__'; \
+	        $$py -m pytest $(PYTEST_FLAGS) $(addprefix $(CURDIR)/,$(TRACER_TESTS)) \
+	            2>&1 | tee $$log; \
+	        unset LD_PRELOAD; \
+	        if grep -q "ERROR: AddressSanitizer" asan-*.log; then \
+	            echo "AddressSanitizer reported an error (see $(ASAN_DIR)/asan-*.log)"; exit 1; \
+	        fi; \
+	    done; \
+	done
+	@echo "asan: clean"
+
+clean-asan:
+	rm -rf $(ASAN_DIR)
+
+bench: build
+	for py in $(ALL_PYTHONS); do \
+	    PYTHONPATH=$(CURDIR) $$py bench/bench_tracer.py --all; \
+	done

@@ -1,0 +1,542 @@
+"""pytorch_memlab against the old pure-Python pytorch_memlab 0.3.2, in one process.
+
+The old package must be importable as ``old_pytorch_memlab`` (unzip its wheel
+into a directory on PYTHONPATH and rename the package directory; it needs
+calmsize and pandas).  Without it, or without CUDA (the old package reads CUDA
+statistics only and records nothing on a CPU machine), its column says n/a.
+
+What is measured (on CUDA when available, else on CPU with device='cpu'):
+
+  per-line cost   a hot loop of small tensor ops (``x = x + 1`` lines) run
+                  under LineProfiler(fn) enabled minus run with nothing
+                  enabled, over the line events recorded, in us.  Adjacent
+                  on/off pairs (order flips each repeat), median.
+  unrelated       run time of unrelated pure-Python code (recursive fib and a
+                  loop calling small functions) after some other function was
+                  decorated with ``profile`` and called once, over the same
+                  before.  Ours is measured first; the old one leaves
+                  sys.settrace installed, which is removed afterwards.
+  train step      an MLP train step (Linear 1024->4096->1024, Adam, batch 256)
+                  with ``step`` profiled by LineProfiler, over unprofiled;
+                  blocks of steps on and off alternate, per-step medians.
+  memory          host memory held after N line events, per event: ours over
+                  1,000,000 events (RSS delta after gc), the old one over
+                  20,000 (tracemalloc delta: its records are Python dicts).
+
+  python bench/bench_torch.py           # full run (about a minute or two)
+  python bench/bench_torch.py --quick   # smoke run
+
+The table comes last, then one JSON line.
+"""
+import argparse
+import contextlib
+import gc
+import importlib
+import io
+import json
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+import tracemalloc
+
+import torch
+
+import pytorch_memlab
+from pytorch_memlab import LineProfiler, clear_global_line_profiler, profile
+from pytorch_memlab import _tracer
+
+TARGETS = {"per_line_us": 0.5, "unrelated_ratio": 1.02, "train_ratio": 1.10,
+           "bytes_per_event": "flat"}
+# "flat": what 1,000,000 line events leave behind stays under this per event
+FLAT_BYTES_PER_EVENT = 1.0
+
+
+# ---- the code that is profiled or timed -------------------------------------------
+
+def hot_loop(x, n):
+    """Five line events per iteration: the for line and four small ops."""
+    for _ in range(n):
+        x = x + 1
+        x = x - 1
+        x = x * 1
+        x = x + 1
+    return x
+
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+def small(i):
+    return i * 2 + 1
+
+
+def unrelated(n):
+    """Pure Python: recursion, a loop calling small functions, a list."""
+    total = fib(18)
+    items = []
+    for i in range(n):
+        total += small(i)
+        if i % 7 == 0:
+            items.append(total)
+    return total + len(items)
+
+
+def ours_decorated(x):
+    y = x + 1
+    z = y * 2
+    return z
+
+
+def old_decorated(x):
+    y = x + 1
+    z = y * 2
+    return z
+
+
+def many_lines(n):
+    """Ten line events per iteration, no allocation at all."""
+    a = 0
+    for _ in range(n):
+        a = 1
+        a = 2
+        a = 3
+        a = 4
+        a = 5
+        a = 6
+        a = 7
+        a = 8
+        a = 9
+    return a
+
+
+# ---- helpers -----------------------------------------------------------------------
+
+class Env:
+    def __init__(self):
+        self.cuda = torch.cuda.is_available()
+        if self.cuda:
+            self.index = torch.cuda.current_device()
+            self.dev = f"cuda:{self.index}"
+        else:
+            self.index = 0
+            self.dev = "cpu"
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize(self.index)
+
+
+def load_old():
+    """(module, None) or (None, why not)."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            old = importlib.import_module("old_pytorch_memlab")
+            prof_mod = importlib.import_module("old_pytorch_memlab.line_profiler.profile")
+    except Exception as exc:  # not installed, no pandas, no calmsize...
+        return None, f"{type(exc).__name__}: {exc}"
+    # its profile() prints each decorated function's table at exit: not here
+    prof_mod.global_line_profiler.print_stats = lambda *a, **k: None
+    return old, None
+
+
+def quiet(func, *args, **kwargs):
+    """Run ``func`` with stdout swallowed (the old package prints on CPU)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        return func(*args, **kwargs)
+
+
+def ours_events(prof, func):
+    return sum(line["count"] for rec in prof.stats(func) for line in rec["lines"])
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def settle():
+    gc.collect()
+    gc.collect()
+
+
+def pairs(measure_on, measure_off, repeats):
+    """Adjacent (on, off) measurements; which goes first flips every repeat."""
+    on, off = [], []
+    for r in range(repeats):
+        if r % 2:
+            on.append(measure_on())
+            off.append(measure_off())
+        else:
+            off.append(measure_off())
+            on.append(measure_on())
+    return on, off
+
+
+class NA(Exception):
+    """The old package cannot be measured here (reason in the message)."""
+
+
+# ---- 1. per-line cost --------------------------------------------------------------
+
+def per_line(env, make_profiler, events_of, n, repeats):
+    """(t_on - t_off) / events, median over pairs, in us; plus events per run."""
+    x = torch.zeros(16, device=env.dev)
+    hot_loop(x, 10)
+    env.sync()
+
+    def off():
+        settle()
+        t0 = time.perf_counter()
+        hot_loop(x, n)
+        env.sync()
+        return time.perf_counter() - t0, 0
+
+    def on():
+        prof = make_profiler()
+        settle()
+        prof.enable()
+        t0 = time.perf_counter()
+        hot_loop(x, n)
+        env.sync()
+        t = time.perf_counter() - t0
+        prof.disable()
+        events = events_of(prof)
+        if events == 0:
+            raise NA("records no line events here")
+        return t, events
+
+    on_runs, off_runs = pairs(on, off, repeats)
+    costs = [(t_on - t_off) / ev * 1e6 for (t_on, ev), (t_off, _) in zip(on_runs, off_runs)]
+    return {"per_line_us": statistics.median(costs), "line_events": on_runs[0][1],
+            "base_us_per_line": statistics.median(t for t, _ in off_runs) / on_runs[0][1] * 1e6}
+
+
+def per_line_ours(env, args):
+    prof = LineProfiler(hot_loop, device=env.dev)
+
+    def make():
+        prof.clear()
+        return prof
+    return per_line(env, make, lambda p: ours_events(p, hot_loop), args.ours_iters, args.repeats)
+
+
+def per_line_old(env, args, old):
+    def factory():
+        # a fresh one per run: its records are kept forever
+        prof = quiet(old.LineProfiler, hot_loop, target_gpu=env.index)
+        prof.enable = lambda: quiet(type(prof).enable, prof)   # it prints on CPU
+        return prof
+    return per_line(env, factory, lambda p: len(p._raw_line_records), args.old_iters,
+                    max(3, args.repeats // 2))
+
+
+# ---- 2. unrelated code after @profile ----------------------------------------------
+
+def time_unrelated(n, repeats):
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        unrelated(n)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def unrelated_all(env, args, old):
+    n = args.unrelated_n
+    unrelated(n)
+    base = time_unrelated(n, args.unrelated_repeats)
+    x = torch.ones(8, device=env.dev)
+    out = {"base_ms": base * 1e3}
+
+    ours_fn = profile(ours_decorated, device=env.dev)
+    ours_fn(x)
+    env.sync()
+    after = time_unrelated(n, args.unrelated_repeats)
+    out["ours"] = after / base
+    clear_global_line_profiler()       # nothing to print at exit
+
+    if old is None:
+        return out
+    try:
+        old_fn = quiet(old.profile, old_decorated)
+        quiet(old_fn, x)
+        env.sync()
+        gl = importlib.import_module("old_pytorch_memlab.line_profiler.profile").global_line_profiler
+        if not gl._raw_line_records:
+            raise NA("records no line events here")
+        after_old = time_unrelated(n, max(3, args.unrelated_repeats // 3))
+        out["old"] = after_old / base
+        gl._raw_line_records = []
+    except NA as exc:
+        out["old_na"] = str(exc)
+    except Exception as exc:
+        out["old_na"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        sys.settrace(None)
+        threading.settrace(None)
+    return out
+
+
+# ---- 3. MLP train step -------------------------------------------------------------
+
+def make_step(env):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(),
+                                torch.nn.Linear(4096, 1024)).to(env.dev)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    data = torch.randn(256, 1024, device=env.dev)
+    target = torch.randn(256, 1024, device=env.dev)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        out = model(data)
+        loss = torch.nn.functional.mse_loss(out, target)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def train_ratio(env, prof, step, events_of, blocks, per_block, warmup):
+    """Blocks of steps off and on alternate; per-step medians on / off."""
+    for _ in range(warmup):
+        step()
+    env.sync()
+    on, off = [], []
+
+    def run_block(times):
+        for _ in range(per_block):
+            t0 = time.perf_counter()
+            step()
+            env.sync()
+            times.append(time.perf_counter() - t0)
+
+    for b in range(blocks):
+        for profiled in ((False, True) if b % 2 == 0 else (True, False)):
+            settle()
+            if profiled:
+                prof.enable()
+                run_block(on)
+                prof.disable()
+            else:
+                run_block(off)
+    if events_of(prof) == 0:
+        raise NA("records no line events here")
+    return {"ratio": statistics.median(on) / statistics.median(off),
+            "step_ms": statistics.median(off) * 1e3, "steps": len(on)}
+
+
+def train_all(env, args, old):
+    step = make_step(env)
+    out = {}
+    prof = LineProfiler(step, device=env.dev)
+    r = train_ratio(env, prof, step, lambda p: ours_events(p, step),
+                    args.blocks, args.per_block, args.warmup)
+    out["ours"], out["step_ms"], out["steps"] = r["ratio"], r["step_ms"], r["steps"]
+    if old is None:
+        return out
+    try:
+        oprof = quiet(old.LineProfiler, step, target_gpu=env.index)
+        quiet(oprof.enable)        # empty_cache and stat resets once, not per block
+        oprof.disable()
+        oprof.enable = oprof.register_callback   # re-install its trace hook only
+        r = train_ratio(env, oprof, step, lambda p: len(p._raw_line_records),
+                        args.blocks, args.per_block, 1)
+        out["old"] = r["ratio"]
+    except NA as exc:
+        out["old_na"] = str(exc)
+    except Exception as exc:
+        out["old_na"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        sys.settrace(None)
+    return out
+
+
+# ---- 4. host memory held per line event --------------------------------------------
+
+def memory_ours(env, events):
+    prof = LineProfiler(many_lines, device=env.dev)
+    with prof:
+        many_lines(100)                # line tables, allocator wrapper, hooks
+    settle()
+    before_events = ours_events(prof, many_lines)
+    settle()
+    rss0 = rss_bytes()
+    with prof:
+        many_lines(events // 10)
+    settle()
+    rss1 = rss_bytes()
+    n = ours_events(prof, many_lines) - before_events
+    return {"bytes_per_event": (rss1 - rss0) / n, "events": n, "rss_delta": rss1 - rss0}
+
+
+def memory_old(env, events, old):
+    prof = quiet(old.LineProfiler, many_lines, target_gpu=env.index)
+    with contextlib.redirect_stdout(io.StringIO()):
+        with prof:
+            many_lines(10)
+    settle()
+    prof._raw_line_records = []
+    tracemalloc.start()
+    try:
+        settle()
+        m0 = tracemalloc.get_traced_memory()[0]
+        with contextlib.redirect_stdout(io.StringIO()):
+            with prof:
+                many_lines(events // 10)
+        settle()
+        m1 = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+        sys.settrace(None)
+    n = len(prof._raw_line_records)
+    if n == 0:
+        raise NA("records no line events here")
+    return {"bytes_per_event": (m1 - m0) / n, "events": n}
+
+
+def memory_all(env, args, old):
+    out = {"ours": memory_ours(env, args.ours_mem_events)}
+    if old is not None:
+        try:
+            out["old"] = memory_old(env, args.old_mem_events, old)
+        except NA as exc:
+            out["old_na"] = str(exc)
+        except Exception as exc:
+            out["old_na"] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+# ---- report ------------------------------------------------------------------------
+
+def fmt(value, spec, suffix=""):
+    return "n/a" if value is None else format(value, spec) + suffix
+
+
+def ratio_cell(old, ours):
+    if old is None or ours is None:
+        return "n/a"
+    if ours <= 0:
+        return "inf"
+    return f"{old / ours:.1f}x"
+
+
+def table(env, res, old_why):
+    rows = []
+    pl, un, tr, mem = res["per_line"], res["unrelated"], res["train"], res["memory"]
+    ours_pl, old_pl = pl["ours"]["per_line_us"], (pl.get("old") or {}).get("per_line_us")
+    rows.append(("per-line cost (us/line)", fmt(ours_pl, ".3f"), fmt(old_pl, ".1f"),
+                 ratio_cell(old_pl, ours_pl), "<= 0.5", ours_pl <= TARGETS["per_line_us"]))
+    rows.append(("unrelated code after @profile", fmt(un["ours"], ".3f", "x"),
+                 fmt(un.get("old"), ".2f", "x"), ratio_cell(un.get("old"), un["ours"]),
+                 "<= 1.02x", un["ours"] <= TARGETS["unrelated_ratio"]))
+    rows.append(("MLP train step profiled", fmt(tr["ours"], ".3f", "x"),
+                 fmt(tr.get("old"), ".2f", "x"), ratio_cell(tr.get("old"), tr["ours"]),
+                 "<= 1.10x", tr["ours"] <= TARGETS["train_ratio"]))
+    ours_b = mem["ours"]["bytes_per_event"]
+    old_b = (mem.get("old") or {}).get("bytes_per_event")
+    rows.append(("host memory (B/line event)", fmt(ours_b, ".3f"), fmt(old_b, ".0f"),
+                 "n/a" if old_b is None else ("inf" if ours_b <= 0 else f"{old_b / ours_b:.0f}x"),
+                 "flat", ours_b < FLAT_BYTES_PER_EVENT))
+    head = ("measure", "ours", "old 0.3.2", "old/ours", "target", "ours ok")
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(5)]
+    line = "  ".join("{:<%d}" % widths[0] if i == 0 else "{:>%d}" % widths[i]
+                     for i in range(5)) + "  {}"
+    out = [f"== bench_torch: {env.dev}, torch {torch.__version__}, python "
+           f"{platform.python_version()}, tracer {_tracer.MECHANISM}, "
+           f"pytorch_memlab {pytorch_memlab.__version__}",
+           line.format(*head), line.format(*["-" * w for w in widths], "-------")]
+    for r in rows:
+        out.append(line.format(*r[:5], "yes" if r[5] else "NO"))
+    notes = []
+    if old_why:
+        notes.append(f"old n/a: {old_why}")
+    for name in ("per_line", "unrelated", "train", "memory"):
+        why = res[name].get("old_na")
+        if why:
+            notes.append(f"old {name} n/a: {why}")
+    notes.append(f"line events: per-line ours {pl['ours']['line_events']}/run"
+                 + (f", old {pl['old']['line_events']}/run" if pl.get("old") else "")
+                 + f"; memory ours {mem['ours']['events']}"
+                 + (f", old {mem['old']['events']}" if mem.get("old") else "")
+                 + f"; train step {tr['step_ms']:.2f} ms unprofiled, {tr['steps']} steps each way"
+                 + f"; unrelated base {un['base_ms']:.2f} ms")
+    return "\n".join(out + ["  " + n for n in notes])
+
+
+def section(name, func, *args):
+    """Run one measurement; its failure on the old side must not stop ours."""
+    t0 = time.perf_counter()
+    result = func(*args)
+    print(f"[{name}: {time.perf_counter() - t0:.1f} s]", file=sys.stderr, flush=True)
+    return result
+
+
+def per_line_all(env, args, old):
+    out = {"ours": per_line_ours(env, args)}
+    if old is not None:
+        try:
+            out["old"] = per_line_old(env, args, old)
+        except NA as exc:
+            out["old_na"] = str(exc)
+        except Exception as exc:
+            out["old_na"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            sys.settrace(None)
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    parser.add_argument("--no-old", action="store_true", help="skip the old package")
+    args = parser.parse_args()
+    if args.quick:
+        args.ours_iters, args.old_iters, args.repeats = 2000, 100, 3
+        args.unrelated_n, args.unrelated_repeats = 2000, 5
+        args.blocks, args.per_block, args.warmup = 2, 2, 1
+        args.ours_mem_events, args.old_mem_events = 1_000_000, 2_000
+    else:
+        args.ours_iters, args.old_iters, args.repeats = 20000, 1000, 7
+        args.unrelated_n, args.unrelated_repeats = 20000, 15
+        args.blocks, args.per_block, args.warmup = 4, 5, 3
+        args.ours_mem_events, args.old_mem_events = 1_000_000, 20_000
+
+    env = Env()
+    old, old_why = (None, "--no-old") if args.no_old else load_old()
+    res = {}
+    res["per_line"] = section("per-line", per_line_all, env, args, old)
+    res["unrelated"] = section("unrelated", unrelated_all, env, args, old)
+    res["train"] = section("train step", train_all, env, args, old)
+    res["memory"] = section("memory", memory_all, env, args, old)
+    sys.settrace(None)
+    threading.settrace(None)
+
+    print(table(env, res, old_why))
+    pl, un, tr, mem = res["per_line"], res["unrelated"], res["train"], res["memory"]
+    summary = {
+        "bench": "torch", "device": env.dev, "torch": torch.__version__,
+        "python": platform.python_version(), "mechanism": _tracer.MECHANISM,
+        "quick": args.quick, "old_available": old is not None,
+        "ours": {"per_line_us": round(pl["ours"]["per_line_us"], 4),
+                 "unrelated_ratio": round(un["ours"], 4),
+                 "train_ratio": round(tr["ours"], 4),
+                 "bytes_per_event": round(mem["ours"]["bytes_per_event"], 4),
+                 "mem_events": mem["ours"]["events"]},
+        "old": {"per_line_us": None if "old" not in pl else round(pl["old"]["per_line_us"], 2),
+                "unrelated_ratio": None if "old" not in un else round(un["old"], 3),
+                "train_ratio": None if "old" not in tr else round(tr["old"], 3),
+                "bytes_per_event": None if "old" not in mem
+                else round(mem["old"]["bytes_per_event"], 1),
+                "mem_events": None if "old" not in mem else mem["old"]["events"]},
+        "train_step_ms": round(tr["step_ms"], 3), "targets": TARGETS,
+    }
+    print(json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+    main()
