@@ -1,5 +1,7 @@
 # Developer and CI targets.
 #
+#   make check   from a clean checkout: make the environments below, then
+#                test and asan (what .ci/run runs)
 #   make build   build the extensions in place for every Python below
 #   make test    the full suite on $(PYTHON); the tracer tests on each of
 #                $(TRACER_PYTHONS), once per mechanism
@@ -28,7 +30,32 @@ LIBASAN = $(shell gcc -print-file-name=libasan.so)
 # $(call mechanisms,PY): the tracer mechanisms that interpreter offers
 mechanisms = $$($(1) -c 'import sys; print("monitoring settrace" if sys.version_info >= (3, 12) else "settrace")')
 
-.PHONY: build test asan bench clean-asan
+PY311 ?= $(shell command -v python3.11 || ls -d $$HOME/.pyenv/versions/3.11*/bin/python3 2>/dev/null | tail -1)
+PY312 ?= $(shell command -v python3.12 || ls -d $$HOME/.pyenv/versions/3.12*/bin/python3 2>/dev/null | tail -1)
+PY313 ?= $(shell command -v python3.13 || ls -d $$HOME/.pyenv/versions/3.13*/bin/python3 2>/dev/null | tail -1)
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: check venvs build test smoke asan bench clean-asan
+
+check: venvs
+	$(MAKE) test asan TRACER_PYTHONS=".venv-3.12/bin/python .venv-3.13/bin/python"
+
+venvs: .venv/.installed .venv-3.12/.installed .venv-3.13/.installed
+
+# torch (the CPU build pinned in TORCH_SPEC) first: the shim compiles against it
+.venv/.installed: pyproject.toml setup.py
+	test -n "$(PY311)" || { echo "python3.11 not found"; exit 1; }
+	$(PY311) -m venv .venv
+	.venv/bin/python -m pip install -q --upgrade pip setuptools wheel
+	.venv/bin/python -m pip install -q "$(TORCH_SPEC)"
+	MEMLAB_WERROR=1 .venv/bin/python -m pip install -q --no-build-isolation -e ".[test]"
+	touch $@
+
+.venv-%/.installed:
+	py="$(PY$(subst .,,$*))"; test -n "$$py" || { echo "python$* not found"; exit 1; }; \
+	    $$py -m venv .venv-$*
+	.venv-$*/bin/python -m pip install -q setuptools wheel pytest hypothesis
+	touch $@
 
 build:
 	MEMLAB_WERROR=1 $(PYTHON) setup.py -q build_ext --inplace
@@ -36,7 +63,12 @@ build:
 	    MEMLAB_WERROR=1 MEMLAB_NO_TORCHSHIM=1 $$py setup.py -q build_ext --inplace; \
 	done
 
-test: build
+# The compiled modules first, so a broken build fails in one clear line.
+smoke: build
+	$(PYTHON) -c 'import pytorch_memlab._tracer, pytorch_memlab._torchshim, pytorch_memlab; print("import ok")'
+	for py in $(TRACER_PYTHONS); do $$py -c 'import sys; sys.path.insert(0, "."); import pytorch_memlab._tracer'; done
+
+test: smoke
 	PYTHONPATH=$(CURDIR) $(PYTHON) -m pytest $(PYTEST_FLAGS) test
 	for py in $(TRACER_PYTHONS); do \
 	    for mech in $(call mechanisms,$$py); do \

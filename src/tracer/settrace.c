@@ -14,6 +14,7 @@
  * is the thread-starter callable, so code that saves and restores the trace
  * function (sys.settrace(sys.gettrace())) reinstalls us harmlessly. */
 static PyObject *hook_token;          /* Owned by the module. */
+static PyObject *str_f_trace_lines;   /* Owned. interned, set once per call */
 static int warned_foreign_tracer;
 
 static int
@@ -69,7 +70,7 @@ trace_function(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
             /* No line events for frames nobody profiles. */
             memlab_saved_exc saved;
             memlab_save_exc(&saved);
-            if (PyObject_SetAttrString((PyObject *)frame, "f_trace_lines", Py_False) < 0) {
+            if (PyObject_SetAttr((PyObject *)frame, str_f_trace_lines, Py_False) < 0) {
                 PyErr_Clear();
             }
             memlab_restore_exc(&saved);
@@ -206,6 +207,10 @@ static PyMethodDef thread_starter_def = {
 int
 settrace_init(PyObject *module)
 {
+    str_f_trace_lines = PyUnicode_InternFromString("f_trace_lines");
+    if (str_f_trace_lines == NULL) {
+        return -1;
+    }
     hook_token = PyCFunction_NewEx(&thread_starter_def, NULL, NULL);
     if (hook_token == NULL) {
         return -1;
