@@ -30,9 +30,9 @@ LIBASAN = $(shell gcc -print-file-name=libasan.so)
 # $(call mechanisms,PY): the tracer mechanisms that interpreter offers
 mechanisms = $$($(1) -c 'import sys; print("monitoring settrace" if sys.version_info >= (3, 12) else "settrace")')
 
-PY311 ?= $(shell command -v python3.11 || ls -d $$HOME/.pyenv/versions/3.11*/bin/python3 2>/dev/null | tail -1)
-PY312 ?= $(shell command -v python3.12 || ls -d $$HOME/.pyenv/versions/3.12*/bin/python3 2>/dev/null | tail -1)
-PY313 ?= $(shell command -v python3.13 || ls -d $$HOME/.pyenv/versions/3.13*/bin/python3 2>/dev/null | tail -1)
+PY311 ?= $(or $(lastword $(wildcard $(HOME)/.pyenv/versions/3.11*/bin/python3)),$(shell command -v python3.11))
+PY312 ?= $(or $(lastword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3)),$(shell command -v python3.12))
+PY313 ?= $(or $(lastword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3)),$(shell command -v python3.13))
 TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: check venvs build test smoke asan bench clean-asan

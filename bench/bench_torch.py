@@ -14,11 +14,13 @@ What is measured (on CUDA when available, else on CPU with device='cpu'):
   unrelated       run time of unrelated pure-Python code (recursive fib and a
                   loop calling small functions) after some other function was
                   decorated with ``profile`` and called once, over the same
-                  before.  Ours is measured first; the old one leaves
-                  sys.settrace installed, which is removed afterwards.
+                  before (thread CPU time, medians).  Ours is measured first;
+                  the old one leaves sys.settrace installed, which is removed
+                  afterwards.
   train step      an MLP train step (Linear 1024->4096->1024, Adam, batch 256)
                   with ``step`` profiled by LineProfiler, over unprofiled;
-                  blocks of steps on and off alternate, per-step medians.
+                  blocks of steps on and off alternate, per-step medians (the
+                  first step after each switch is not counted).
   memory          host memory held after N line events, per event: ours over
                   1,000,000 events (RSS delta after gc), the old one over
                   20,000 (tracemalloc delta: its records are Python dicts).
@@ -76,7 +78,7 @@ def small(i):
 
 def unrelated(n):
     """Pure Python: recursion, a loop calling small functions, a list."""
-    total = fib(18)
+    total = fib(20)
     items = []
     for i in range(n):
         total += small(i)
@@ -180,16 +182,28 @@ class NA(Exception):
     """The old package cannot be measured here (reason in the message)."""
 
 
+NO_CUDA = "it reads CUDA statistics only: without CUDA its enable() does nothing"
+
+
+def old_enable(prof):
+    """Enable an old LineProfiler; NA where it refuses (no CUDA: it prints and returns)."""
+    quiet(type(prof).enable, prof)
+    if not prof.enabled:
+        raise NA(NO_CUDA)
+
+
 # ---- 1. per-line cost --------------------------------------------------------------
 
 def per_line(env, make_profiler, events_of, n, repeats):
-    """(t_on - t_off) / events, median over pairs, in us; plus events per run."""
+    """(t_on - t_off) / events, median over many short adjacent pairs, in us.
+
+    A small op costs microseconds with noise of the same order; the median of
+    many short pairs keeps that noise out of a difference of ~0.1 us."""
     x = torch.zeros(16, device=env.dev)
     hot_loop(x, 10)
     env.sync()
 
     def off():
-        settle()
         t0 = time.perf_counter()
         hot_loop(x, n)
         env.sync()
@@ -197,7 +211,6 @@ def per_line(env, make_profiler, events_of, n, repeats):
 
     def on():
         prof = make_profiler()
-        settle()
         prof.enable()
         t0 = time.perf_counter()
         hot_loop(x, n)
@@ -206,10 +219,15 @@ def per_line(env, make_profiler, events_of, n, repeats):
         prof.disable()
         events = events_of(prof)
         if events == 0:
-            raise NA("records no line events here")
+            raise NA("it recorded no line events")
         return t, events
 
-    on_runs, off_runs = pairs(on, off, repeats)
+    settle()
+    gc.disable()
+    try:
+        on_runs, off_runs = pairs(on, off, repeats)
+    finally:
+        gc.enable()
     costs = [(t_on - t_off) / ev * 1e6 for (t_on, ev), (t_off, _) in zip(on_runs, off_runs)]
     return {"per_line_us": statistics.median(costs), "line_events": on_runs[0][1],
             "base_us_per_line": statistics.median(t for t, _ in off_runs) / on_runs[0][1] * 1e6}
@@ -221,27 +239,35 @@ def per_line_ours(env, args):
     def make():
         prof.clear()
         return prof
-    return per_line(env, make, lambda p: ours_events(p, hot_loop), args.ours_iters, args.repeats)
+    return per_line(env, make, lambda p: ours_events(p, hot_loop), args.ours_iters,
+                    args.ours_pairs)
 
 
 def per_line_old(env, args, old):
     def factory():
         # a fresh one per run: its records are kept forever
         prof = quiet(old.LineProfiler, hot_loop, target_gpu=env.index)
-        prof.enable = lambda: quiet(type(prof).enable, prof)   # it prints on CPU
+        prof.enable = lambda: old_enable(prof)
         return prof
     return per_line(env, factory, lambda p: len(p._raw_line_records), args.old_iters,
-                    max(3, args.repeats // 2))
+                    args.old_pairs)
 
 
 # ---- 2. unrelated code after @profile ----------------------------------------------
 
 def time_unrelated(n, repeats):
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        unrelated(n)
-        times.append(time.perf_counter() - t0)
+    settle()
+    gc.disable()
+    try:
+        times = []
+        for _ in range(repeats):
+            # CPU time of this thread: pure Python, and a shared machine's
+            # descheduling stays out of a before/after that cannot alternate
+            t0 = time.thread_time()
+            unrelated(n)
+            times.append(time.thread_time() - t0)
+    finally:
+        gc.enable()
     return statistics.median(times)
 
 
@@ -266,9 +292,11 @@ def unrelated_all(env, args, old):
         quiet(old_fn, x)
         env.sync()
         gl = importlib.import_module("old_pytorch_memlab.line_profiler.profile").global_line_profiler
+        if not gl.enabled:
+            raise NA(NO_CUDA)
         if not gl._raw_line_records:
-            raise NA("records no line events here")
-        after_old = time_unrelated(n, max(3, args.unrelated_repeats // 3))
+            raise NA("it recorded no line events")
+        after_old = time_unrelated(n, args.old_unrelated_repeats)
         out["old"] = after_old / base
         gl._raw_line_records = []
     except NA as exc:
@@ -302,13 +330,19 @@ def make_step(env):
 
 
 def train_ratio(env, prof, step, events_of, blocks, per_block, warmup):
-    """Blocks of steps off and on alternate; per-step medians on / off."""
+    """Blocks of steps off and on alternate; per-step medians on / off.
+
+    The first step after each switch is not counted, on either side: turning
+    a tracer on or off (sys.monitoring re-instruments the code that runs next)
+    is a one-time cost, and a training loop is profiled for many steps."""
     for _ in range(warmup):
         step()
     env.sync()
     on, off = [], []
 
     def run_block(times):
+        step()
+        env.sync()
         for _ in range(per_block):
             t0 = time.perf_counter()
             step()
@@ -325,7 +359,7 @@ def train_ratio(env, prof, step, events_of, blocks, per_block, warmup):
             else:
                 run_block(off)
     if events_of(prof) == 0:
-        raise NA("records no line events here")
+        raise NA("it recorded no line events")
     return {"ratio": statistics.median(on) / statistics.median(off),
             "step_ms": statistics.median(off) * 1e3, "steps": len(on)}
 
@@ -341,7 +375,7 @@ def train_all(env, args, old):
         return out
     try:
         oprof = quiet(old.LineProfiler, step, target_gpu=env.index)
-        quiet(oprof.enable)        # empty_cache and stat resets once, not per block
+        old_enable(oprof)          # empty_cache and stat resets once, not per block
         oprof.disable()
         oprof.enable = oprof.register_callback   # re-install its trace hook only
         r = train_ratio(env, oprof, step, lambda p: len(p._raw_line_records),
@@ -376,18 +410,18 @@ def memory_ours(env, events):
 
 def memory_old(env, events, old):
     prof = quiet(old.LineProfiler, many_lines, target_gpu=env.index)
-    with contextlib.redirect_stdout(io.StringIO()):
-        with prof:
-            many_lines(10)
+    old_enable(prof)
+    many_lines(10)
+    prof.disable()
     settle()
     prof._raw_line_records = []
     tracemalloc.start()
     try:
         settle()
         m0 = tracemalloc.get_traced_memory()[0]
-        with contextlib.redirect_stdout(io.StringIO()):
-            with prof:
-                many_lines(events // 10)
+        old_enable(prof)
+        many_lines(events // 10)
+        prof.disable()
         settle()
         m1 = tracemalloc.get_traced_memory()[0]
     finally:
@@ -395,7 +429,7 @@ def memory_old(env, events, old):
         sys.settrace(None)
     n = len(prof._raw_line_records)
     if n == 0:
-        raise NA("records no line events here")
+        raise NA("it recorded no line events")
     return {"bytes_per_event": (m1 - m0) / n, "events": n}
 
 
@@ -459,7 +493,8 @@ def table(env, res, old_why):
         why = res[name].get("old_na")
         if why:
             notes.append(f"old {name} n/a: {why}")
-    notes.append(f"line events: per-line ours {pl['ours']['line_events']}/run"
+    notes.append(f"hot loop unprofiled {pl['ours']['base_us_per_line']:.2f} us/line; "
+                 f"line events: per-line ours {pl['ours']['line_events']}/run"
                  + (f", old {pl['old']['line_events']}/run" if pl.get("old") else "")
                  + f"; memory ours {mem['ours']['events']}"
                  + (f", old {mem['old']['events']}" if mem.get("old") else "")
@@ -472,7 +507,7 @@ def section(name, func, *args):
     """Run one measurement; its failure on the old side must not stop ours."""
     t0 = time.perf_counter()
     result = func(*args)
-    print(f"[{name}: {time.perf_counter() - t0:.1f} s]", file=sys.stderr, flush=True)
+    print(f"[{name}: {time.perf_counter() - t0:.1f} s]", flush=True)
     return result
 
 
@@ -495,14 +530,15 @@ def main():
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
     parser.add_argument("--no-old", action="store_true", help="skip the old package")
     args = parser.parse_args()
+    # iters: hot-loop iterations per timed run (x5 line events); pairs: on/off pairs
     if args.quick:
-        args.ours_iters, args.old_iters, args.repeats = 2000, 100, 3
-        args.unrelated_n, args.unrelated_repeats = 2000, 5
+        args.ours_iters, args.ours_pairs, args.old_iters, args.old_pairs = 400, 21, 40, 3
+        args.unrelated_n, args.unrelated_repeats, args.old_unrelated_repeats = 5000, 11, 3
         args.blocks, args.per_block, args.warmup = 2, 2, 1
         args.ours_mem_events, args.old_mem_events = 1_000_000, 2_000
     else:
-        args.ours_iters, args.old_iters, args.repeats = 20000, 1000, 7
-        args.unrelated_n, args.unrelated_repeats = 20000, 15
+        args.ours_iters, args.ours_pairs, args.old_iters, args.old_pairs = 400, 151, 200, 7
+        args.unrelated_n, args.unrelated_repeats, args.old_unrelated_repeats = 20000, 41, 9
         args.blocks, args.per_block, args.warmup = 4, 5, 3
         args.ours_mem_events, args.old_mem_events = 1_000_000, 20_000
 
@@ -523,6 +559,7 @@ def main():
         "python": platform.python_version(), "mechanism": _tracer.MECHANISM,
         "quick": args.quick, "old_available": old is not None,
         "ours": {"per_line_us": round(pl["ours"]["per_line_us"], 4),
+                 "base_us_per_line": round(pl["ours"]["base_us_per_line"], 3),
                  "unrelated_ratio": round(un["ours"], 4),
                  "train_ratio": round(tr["ours"], 4),
                  "bytes_per_event": round(mem["ours"]["bytes_per_event"], 4),
