@@ -106,26 +106,31 @@ def test_profile_bare_prints_at_exit(tmp_path):
         import torch
         from pytorch_memlab import profile
 
+        DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
         @profile
         def work():
-            x = torch.empty(262144)
-            y = torch.empty(262144)
+            x = torch.empty(262144, device=DEV)
+            y = torch.empty(262144, device=DEV)
             return x, y
 
         work()
         work()
         print("main done")
         """)
+    # bare @profile reads the current GPU if there is one, else CPU memory;
+    # CUDA puts 1 MiB blocks in 2 MiB segments of its small pool.
+    first_reserved = "2.00M" if torch.cuda.is_available() else "1.00M"
     if not torch.cuda.is_available():
         assert "CUDA is not available" in err and err.count("\n") == 1
     first, _, table = out.partition("main done\n")
     assert first == ""                   # printed at exit, after the script
     lines = table.splitlines()
     assert lines[0] == "## work"
-    assert lines[5].split() == ["4", "@profile"]
-    assert lines[6].split() == ["5", "def", "work():"]
-    assert lines[7].split()[:5] == ["1.00M", "1.00M", "2.00M", "2", "6"]
-    assert lines[8].split()[:5] == ["2.00M", "2.00M", "2.00M", "2", "7"]
+    assert lines[5].split() == ["6", "@profile"]
+    assert lines[6].split() == ["7", "def", "work():"]
+    assert lines[7].split()[:5] == ["1.00M", first_reserved, "2.00M", "2", "8"]
+    assert lines[8].split()[:5] == ["2.00M", "2.00M", "2.00M", "2", "9"]
 
 
 def test_profile_columns_positional_and_nested(tmp_path):
