@@ -7,13 +7,17 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/memlab-out}
 mkdir -p "$OUT"
-STAGES=${STAGES:-build test bench}
+STAGES=${STAGES:-build test bench notebook}
 summary=()
 
 if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/calmsize*.whl
     rm -rf /tmp/old && mkdir -p /tmp/old && (cd /tmp/old && python3 -m zipfile -e "$OLDPWD"/.whl/pytorch_memlab-*.whl . \
         && mv pytorch_memlab old_pytorch_memlab)
+    # IPython, ipykernel, nbclient and their needs, for the magics and notebook
+    if ls .whl/nb/*.whl >/dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/nb/*.whl
+    fi
     export PYTHONPATH=/tmp/site:/tmp/old
 fi
 
@@ -38,6 +42,11 @@ if [[ $STAGES == *bench* ]]; then
         [ -f "$b" ] || continue
         python3 "$b" 2>&1 | tee "$OUT/$(basename "$b" .py).log" | tail -25
     done
+fi
+
+if [[ $STAGES == *notebook* ]] && [ -f demo.ipynb ]; then
+    python3 bench/run_notebook.py demo.ipynb "$OUT/demo.ipynb" 2>&1 | tail -5
+    summary+=("notebook: $(tail -1 "$OUT/notebook.log" 2>/dev/null)")
 fi
 
 echo "==== summary"
