@@ -13,6 +13,7 @@ import textwrap
 import threading
 
 import pytest
+from helpers import line_of, run_script  # noqa: E402
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("pytorch_memlab._torchshim")
@@ -26,14 +27,6 @@ MONITORING = _tracer.MECHANISM == "monitoring"
 
 
 # ---- helpers -----------------------------------------------------------------
-
-def line_of(func, text):
-    lines, start = inspect.getsourcelines(func)
-    for i, line in enumerate(lines):
-        if text in line:
-            return start + i
-    raise AssertionError(text)
-
 
 def row(prof, func, text, device="cpu"):
     """The stats() line of func whose code contains text."""
@@ -50,16 +43,6 @@ def assert_no_hook(prof):
     if MONITORING:
         for tracer in prof._tracers.tracers:
             assert tracer.tool_id == -1
-
-
-def run_script(tmp_path, source, env=None):
-    """Run source as a script file (so its lines have source text)."""
-    script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent(source))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=120, env=env)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout, proc.stderr
 
 
 @pytest.fixture

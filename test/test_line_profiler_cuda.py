@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import pytest
+from helpers import run_script  # noqa: E402
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
@@ -25,15 +26,6 @@ from pytorch_memlab import (  # noqa: E402
 MiB = 1 << 20
 N_GPUS = torch.cuda.device_count()
 two_gpus = pytest.mark.skipif(N_GPUS < 2, reason="needs two GPUs")
-
-
-def run_script(tmp_path, source, expect_rc=0):
-    script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent(source))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == expect_rc, proc.stderr
-    return proc.stdout, proc.stderr
 
 
 def body_rows(table):

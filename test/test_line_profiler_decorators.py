@@ -10,6 +10,7 @@ import textwrap
 import threading
 
 import pytest
+from helpers import line_of, run_script  # noqa: E402
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("pytorch_memlab._torchshim")
@@ -33,27 +34,10 @@ MiB = 1 << 20
 MONITORING = _tracer.MECHANISM == "monitoring"
 
 
-def line_of(func, text):
-    lines, start = inspect.getsourcelines(func)
-    for i, line in enumerate(lines):
-        if text in line:
-            return start + i
-    raise AssertionError(text)
-
-
 def row(prof, func, text):
     lineno = line_of(func, text)
     record = prof.stats(func)[0]
     return next(line for line in record["lines"] if line["lineno"] == lineno)
-
-
-def run_script(tmp_path, source, expect_rc=0):
-    script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent(source))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == expect_rc, proc.stderr
-    return proc.stdout, proc.stderr
 
 
 def parse(size):

@@ -10,6 +10,7 @@ import threading
 import warnings
 
 import pytest
+from helpers import line_of  # noqa: E402
 
 from pytorch_memlab import _tracer
 
@@ -34,16 +35,6 @@ def make_tracer():
     for t in made:
         t.disable()
     assert sys.gettrace() is None
-
-
-def line_of(func, text):
-    """Line number of the first line of func's source containing text."""
-    import inspect
-    lines, start = inspect.getsourcelines(func)
-    for i, line in enumerate(lines):
-        if text in line:
-            return start + i
-    raise AssertionError(text)
 
 
 def row(t, func, text):
