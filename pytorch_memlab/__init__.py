@@ -18,6 +18,7 @@ _EXPORTS = {
     "reset_target_gpu": "pytorch_memlab.line_profiler",
     "target_gpu": "pytorch_memlab.line_profiler",
     "clear_global_line_profiler": "pytorch_memlab.line_profiler",
+    "load": "pytorch_memlab.line_profiler",
     "MemReporter": "pytorch_memlab.mem_reporter",
     "Courtesy": "pytorch_memlab.courtesy",
 }

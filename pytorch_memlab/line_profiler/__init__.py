@@ -2,6 +2,7 @@
 and the memory sources (pytorch_memlab._sources)."""
 from ._columns import DEFAULT_COLUMNS
 from ._devices import reset_target_gpu, set_target_gpu, target_gpu
+from ._export import SCHEMA_VERSION, SavedProfile, load
 from ._units import readable_size
 from .decorators import clear_global_line_profiler, global_line_profiler, profile, profile_every
 from .profiler import LineProfiler
@@ -9,8 +10,11 @@ from .profiler import LineProfiler
 __all__ = [
     "DEFAULT_COLUMNS",
     "LineProfiler",
+    "SCHEMA_VERSION",
+    "SavedProfile",
     "clear_global_line_profiler",
     "global_line_profiler",
+    "load",
     "profile",
     "profile_every",
     "readable_size",

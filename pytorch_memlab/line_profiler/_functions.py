@@ -37,19 +37,38 @@ def resolve_function(obj: Any) -> types.FunctionType:
 
 
 class FunctionEntry:
-    """A registered function and every code object it has had."""
+    """A registered function and every code object it has had.
 
-    def __init__(self, func: types.FunctionType) -> None:
+    Registered by code object alone (``LineProfiler.add_code``: the function
+    does not exist yet, e.g. a script's function before the script runs),
+    ``func`` is None and the entry has that one code object.
+    """
+
+    def __init__(self, func: types.FunctionType | None,
+                 code: types.CodeType | None = None, qualname: str | None = None) -> None:
         self.func = func
-        self.codes: list[types.CodeType] = [func.__code__]
+        self._qualname = qualname
+        first = func.__code__ if func is not None else code
+        assert first is not None
+        self.codes: list[types.CodeType] = [first]
 
     @property
     def qualname(self) -> str:
-        return self.func.__qualname__
+        if self.func is not None:
+            return self.func.__qualname__
+        return self._qualname or code_qualname(self.codes[0])
+
+    @property
+    def name(self) -> str:
+        return self.func.__name__ if self.func is not None else self.codes[0].co_name
+
+    @property
+    def current_code(self) -> types.CodeType:
+        return self.func.__code__ if self.func is not None else self.codes[0]
 
     def new_code(self) -> types.CodeType | None:
         """The function's code if it was replaced since the last look."""
-        code = self.func.__code__
+        code = self.current_code
         if code in self.codes:
             return None
         self.codes.append(code)
@@ -58,11 +77,19 @@ class FunctionEntry:
     def matches(self, selector: Any) -> bool:
         """Is this the function ``selector`` names (a qualname or a callable)?"""
         if isinstance(selector, str):
-            return self.qualname == selector or self.func.__name__ == selector
+            return self.qualname == selector or self.name == selector
         try:
-            return resolve_function(selector) is self.func
+            target = resolve_function(selector)
         except TypeError:
             return False
+        if self.func is not None:
+            return target is self.func
+        return target.__code__ in self.codes
+
+
+def code_qualname(code: types.CodeType) -> str:
+    """``co_qualname`` (3.11+), else the bare name."""
+    return getattr(code, "co_qualname", code.co_name)
 
 
 def matches_any(entry: FunctionEntry, selectors: Any) -> bool:

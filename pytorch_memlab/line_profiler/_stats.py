@@ -62,7 +62,7 @@ def build_records(entries: Sequence[FunctionEntry], labels: Sequence[str],
     for entry in entries:
         for code in entry.codes:
             tables = [stats.get(code, {}) for stats in per_device]
-            current = code is entry.func.__code__
+            current = code is entry.current_code
             if not current and not any(tables) and code not in raised:
                 continue
             for device, table in zip(labels, tables):

@@ -37,6 +37,10 @@ class TracerSet:
     def labels(self) -> list[str]:
         return [label(s, t.device) for s, t in zip(self.slots, self.tracers)]
 
+    def readings(self) -> list[tuple[str, str, int]]:
+        """(label, kind, device index) per tracer, for reading totals."""
+        return [(label(s, t.device), s.kind, t.device) for s, t in zip(self.slots, self.tracers)]
+
     def add_code(self, code: types.CodeType) -> None:
         for tracer in self.tracers:
             tracer.add_code(code)

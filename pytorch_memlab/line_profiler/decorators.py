@@ -85,7 +85,11 @@ def profile(func: Any = None, columns: ColumnsArg = None, *,
 def profile_every(output_interval: int = 1, enable: bool = True,
                   columns: ColumnsArg = None, *, device: DeviceArg = None) -> Callable[[Any], Any]:
     """Print ``func``'s table every ``output_interval`` calls, with the figures
-    of those calls only.  ``enable=False`` returns functions untouched."""
+    of those calls only.  ``enable=False`` returns functions untouched.
+
+    The decorated function's ``line_profiler`` also records, after every call,
+    each device's active and reserved bytes (its ``timeline``), which
+    ``line_profiler.save(...)`` writes and the HTML report draws."""
     if output_interval < 1:
         raise ValueError(f"output_interval must be >= 1, not {output_interval}")
 
@@ -97,9 +101,10 @@ def profile_every(output_interval: int = 1, enable: bool = True,
 
         def after_call(exc: Optional[BaseException]) -> None:
             calls[0] += 1
+            profiler._record_execution()
             if exc is not None or calls[0] % output_interval == 0:
                 profiler.print_stats(stream=sys.stdout)
-                profiler.clear()
+                profiler._rotate()
 
         wrapped = wrap_any(target, profiler, after_call)
         if not isinstance(wrapped, (staticmethod, classmethod)):

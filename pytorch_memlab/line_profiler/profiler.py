@@ -4,15 +4,22 @@ from __future__ import annotations
 import sys
 import threading
 import types
-from typing import IO, Any, Callable, Optional
+from typing import IO, TYPE_CHECKING, Any, Callable, Optional, Union
 
 from ._columns import ColumnsArg, normalize_columns, pick_columns
 from ._devices import DeviceArg, add_follower, note_cpu_fallback, resolve_devices
 from ._display import ProfileDisplay
+from ._export import export_data, records_dataframe, save_data
 from ._functions import FunctionEntry, matches_any, resolve_function
 from ._parking import PARK_BETWEEN_CALLS, park, release_idle, unpark
-from ._stats import FunctionRecord, Raised, build_records
+from ._stats import FunctionRecord, Raised, build_records, ran
+from ._timeline import Timeline
 from ._tracerset import TracerSet
+
+if TYPE_CHECKING:
+    import os
+
+    import pandas
 
 
 class LineProfiler:
@@ -42,6 +49,8 @@ class LineProfiler:
         self._calls = 0            # decorated calls running now, all threads
         self._depth = threading.local()   # .value: decorated calls on this thread
         self._explicit = False     # enable() was called by the user
+        self._timeline = Timeline()   # filled by profile_every, one row per call
+        self._printed: Optional[list[FunctionRecord]] = None   # see _rotate
         if any(slot.follows_target for slot in slots):
             add_follower(self)
         for func in functions:
@@ -61,6 +70,20 @@ class LineProfiler:
             self._entries.append(entry)
             self._tracers.add_code(target.__code__)
 
+    def add_code(self, code: types.CodeType, qualname: Optional[str] = None) -> None:
+        """Profile the function that will be made from ``code``, before it
+        exists: ``python -m pytorch_memlab run`` compiles a script, finds a
+        function's code object among the constants and registers it here, so
+        the function is profiled from its first call.  Its table is named
+        ``qualname`` (default: ``co_qualname`` on 3.11+, the bare name before)."""
+        if not isinstance(code, types.CodeType):
+            raise TypeError(f"add_code takes a code object, not {type(code).__name__}")
+        with self._lock:
+            if any(code in entry.codes for entry in self._entries):
+                return
+            self._entries.append(FunctionEntry(None, code, qualname))
+            self._tracers.add_code(code)
+
     def _refresh_codes(self) -> None:
         """Register code objects that replaced a function's ``__code__``."""
         for entry in self._entries:
@@ -70,7 +93,8 @@ class LineProfiler:
 
     @property
     def functions(self) -> list[types.FunctionType]:
-        return [entry.func for entry in self._entries]
+        """The registered functions (not those registered by code object)."""
+        return [entry.func for entry in self._entries if entry.func is not None]
 
     @property
     def devices(self) -> list[str]:
@@ -120,6 +144,26 @@ class LineProfiler:
         with self._lock:
             self._tracers.clear()
             self._raised.clear()
+            self._timeline.clear()
+            self._printed = None
+
+    def _rotate(self) -> None:
+        """``profile_every`` printed a table: forget its figures but keep them
+        for ``save`` until the next call runs, and keep the timeline."""
+        with self._lock:
+            self._printed = self.stats()
+            self._tracers.clear()
+            self._raised.clear()
+
+    def _record_execution(self) -> None:
+        """Append each device's active and reserved bytes to the timeline."""
+        self._timeline.record(self._tracers.readings())
+
+    @property
+    def timeline(self) -> list[dict[str, Any]]:
+        """Memory after each call of a ``profile_every`` function (see
+        ``_timeline``); empty for other profilers."""
+        return self._timeline.rows()
 
     # Decorated calls turn the profiler on while any of them runs (any thread);
     # between calls it is switched off or parked (see _parking).
@@ -196,3 +240,29 @@ class LineProfiler:
         out = stream if stream is not None else sys.stdout
         out.write(repr(self.display(func, columns)) + "\n")
         out.flush()
+
+    # ---- export ------------------------------------------------------------------
+
+    def _export_records(self) -> list[FunctionRecord]:
+        records = self.stats()
+        if self._printed is not None and not any(ran(r) for r in records):
+            return self._printed
+        return records
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything ``save`` writes to JSON (the schema is in ``_export``)."""
+        return export_data(self._export_records(), self.columns, self.devices,
+                           self.timeline)
+
+    def save(self, path: Union[str, "os.PathLike[str]"], format: Optional[str] = None) -> None:
+        """Write every function's figures, all recorded columns, to ``path``:
+        JSON (``.json``, versioned schema, read back by ``pytorch_memlab.load``)
+        or CSV (``.csv``, one row per source line); ``format`` ("json" or
+        "csv") overrides the extension.  A ``profile_every`` function's
+        profiler saves the figures since its last table, or, when no call ran
+        since, that table's.  The HTML report: ``pytorch_memlab.html_report``."""
+        save_data(self.to_dict(), path, format)
+
+    def to_dataframe(self, func: Any = None, columns: ColumnsArg = None) -> "pandas.DataFrame":
+        """One row per (function, device, source line); needs pandas."""
+        return records_dataframe(self.stats(func, columns))

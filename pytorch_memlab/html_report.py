@@ -1,0 +1,256 @@
+"""The HTML report: one self-contained file (inline CSS and SVG, a few lines of
+plain JavaScript to sort, nothing fetched from the network).
+
+Per function: its source, and for each line a bar per column and device,
+scaled to the largest figure of that column in the report; click a column's
+heading to sort the lines by it (again to reverse, "line" for source order;
+``report.html#sort=cpu/active_bytes.all.peak`` opens sorted).
+For a ``profile_every`` function, an SVG timeline of active and reserved bytes
+after each call.
+
+    from pytorch_memlab.html_report import write_report
+    write_report(profiler, "report.html")      # or a SavedProfile, or a saved file's path
+"""
+from __future__ import annotations
+
+import html
+import os
+from typing import Any, Sequence, Union
+
+from .line_profiler._export import SavedProfile, check_data, load
+from .line_profiler._html import COLORS
+from .line_profiler._sections import Section, cell, count_cell, idle_note, raised_note, \
+    sections, title
+from .line_profiler._units import readable_size
+
+_SHRINK = "#d65f5f"          # a negative net growth
+_ACTIVE, _RESERVED = COLORS[0], COLORS[1]
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:16px 24px;color:#222;
+ background:#fff}
+h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:28px 0 2px;font-family:monospace}
+.meta,.where{color:#666;font-size:12px;margin:0 0 8px}
+table.prof{border-collapse:collapse;font-family:monospace;font-size:12px}
+table.prof th{padding:2px 8px;text-align:right;border-bottom:1px solid #bbb;
+ vertical-align:bottom;white-space:nowrap;background:#fff}
+table.prof th.group{text-align:center;border-bottom:1px solid #ddd}
+table.prof th.sort{cursor:pointer;user-select:none}
+table.prof th.sort:hover{background:#f0f0f0}
+table.prof th.asc::after{content:" \\25B2"} table.prof th.desc::after{content:" \\25BC"}
+table.prof td{padding:1px 8px;text-align:right;white-space:nowrap}
+table.prof td.fig{position:relative;min-width:6.5em}
+table.prof td.fig .bar{position:absolute;left:0;top:1px;bottom:1px;opacity:.6}
+table.prof td.fig span{position:relative}
+table.prof td.code{text-align:left;white-space:pre}
+table.prof tr.idle td{color:#999}
+table.prof tr.raised{background:#fde0dc}
+table.prof b.raised{color:#b00}
+.timeline text{font:11px monospace;fill:#444}
+.legend{font-size:12px;margin:2px 0 0}
+.legend i{display:inline-block;width:18px;height:3px;vertical-align:middle;margin:0 4px 0 10px}
+"""
+
+# Sorts a table's rows by the data-v of the clicked column; empty cells last.
+_JS = """
+document.querySelectorAll("table.prof").forEach(function (table) {
+  table.querySelectorAll("th.sort").forEach(function (th) {
+    th.addEventListener("click", function () {
+      var col = +th.dataset.col, body = table.tBodies[0];
+      var desc = th.dataset.key !== "line" && !th.classList.contains("desc");
+      table.querySelectorAll("th.sort").forEach(function (o) { o.classList.remove("asc", "desc"); });
+      th.classList.add(desc ? "desc" : "asc");
+      var rows = Array.prototype.slice.call(body.rows);
+      function key(row) { var v = row.cells[col].dataset.v; return v === undefined || v === "" ? null : +v; }
+      rows.sort(function (a, b) {
+        var x = key(a), y = key(b);
+        if (x === null || y === null) { return (x === null) - (y === null) || a.dataset.line - b.dataset.line; }
+        return (desc ? y - x : x - y) || a.dataset.line - b.dataset.line;
+      });
+      rows.forEach(function (row) { body.appendChild(row); });
+    });
+  });
+});
+// report.html#sort=cpu/active_bytes.all.peak opens sorted by that column
+var wanted = /^#sort=(.+)$/.exec(location.hash);
+if (wanted) {
+  document.querySelectorAll("th.sort").forEach(function (th) {
+    if (th.dataset.key === decodeURIComponent(wanted[1])) { th.click(); }
+  });
+}
+"""
+
+ProfileArg = Union[Any, str, "os.PathLike[str]"]
+
+
+def _data(profile: ProfileArg) -> dict[str, Any]:
+    """The saved-profile document of a LineProfiler, SavedProfile, dict or path."""
+    if isinstance(profile, (str, os.PathLike)):
+        return load(profile).to_dict()
+    if isinstance(profile, dict):
+        return check_data(profile, "the profile")
+    if isinstance(profile, SavedProfile) or hasattr(profile, "to_dict"):
+        return profile.to_dict()
+    raise TypeError(f"cannot report on {type(profile).__name__}: pass a LineProfiler, "
+                    "a SavedProfile, a saved profile's path or its dict")
+
+
+def _scales(shown: Sequence[Section]) -> dict[tuple[str, str], int]:
+    scales: dict[tuple[str, str], int] = {}
+    for section in shown:
+        for record in section.records:
+            for column in section.columns:
+                key = (record["device"], column)
+                for line in record["lines"]:
+                    value = line.get(column)
+                    if value is not None:
+                        scales[key] = max(scales.get(key, 0), abs(value))
+    return scales
+
+
+def _figure(column: str, value: Any, scale: int, color: str) -> str:
+    if value is None:
+        return '<td class="fig" data-v=""></td>'
+    bar = ""
+    if scale > 0 and value != 0:
+        width = max(0.5, min(100.0, 100.0 * abs(value) / scale))
+        fill = _SHRINK if value < 0 else color
+        bar = f'<div class="bar" style="width:{width:.1f}%;background:{fill}"></div>'
+    text = html.escape(cell(column, value))
+    return f'<td class="fig" data-v="{value}" title="{value:,}">{bar}<span>{text}</span></td>'
+
+
+def _section(section: Section, scales: dict[tuple[str, str], int]) -> str:
+    columns = section.columns
+    groups = "".join(f'<th class="group" colspan="{len(columns)}">{html.escape(d)}</th>'
+                     for d in section.devices)
+    heads, col = [], 0
+    for device in section.devices:
+        for column in columns:
+            top, rest = title(column)
+            key = html.escape(f"{device}/{column}")
+            heads.append(f'<th class="sort" data-col="{col}" data-key="{key}">'
+                         f"{html.escape(top)}<br>{html.escape(rest)}</th>")
+            col += 1
+    heads.append(f'<th class="sort" data-col="{col}" data-key="count">count</th>')
+    heads.append(f'<th class="sort asc" data-col="{col + 1}" data-key="line">line</th>')
+    heads.append('<th style="text-align:left">code</th>')
+    rows = []
+    for first, lines in section.rows():
+        tds = []
+        for device, line in zip(section.devices, lines):
+            for c, column in enumerate(columns):
+                tds.append(_figure(column, line.get(column), scales.get((device, column), 0),
+                                   COLORS[c % len(COLORS)]))
+        ran = first["net_growth"] is not None
+        count = count_cell(first)
+        tds.append(f'<td data-v="{count}">{count}</td>')
+        tds.append(f'<td data-v="{first["lineno"]}">{first["lineno"]}</td>')
+        note = raised_note(first)
+        code = html.escape(first["code"]) + (
+            f' <b class="raised">{html.escape(note)}</b>' if note else "")
+        tds.append(f'<td class="code">{code}</td>')
+        cls = "raised" if note else ("" if ran else "idle")
+        attr = f' class="{cls}"' if cls else ""
+        rows.append(f'<tr data-line="{first["lineno"]}"{attr}>{"".join(tds)}</tr>')
+    where = f"{section.filename}:{section.first_line}"
+    return (f"<section><h2>{html.escape(section.qualname)}</h2>"
+            f'<p class="where">{html.escape(where)}</p>'
+            f'<table class="prof"><thead><tr>{groups}<th colspan="3"></th></tr>'
+            f"<tr>{''.join(heads)}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            "</section>")
+
+
+def _timeline_svg(device: str, rows: Sequence[dict[str, Any]]) -> str:
+    """Active and reserved bytes after each call, on one device."""
+    width, height, left, right, top, bottom = 640, 170, 70, 12, 12, 26
+    calls = [row["call"] for row in rows]
+    top_value = max([1] + [row["active_bytes"] for row in rows]
+                    + [row["reserved_bytes"] for row in rows])
+    first, last = calls[0], calls[-1]
+    span = max(1, last - first)
+
+    def x(call: int) -> float:
+        return left + (width - left - right) * (call - first) / span
+
+    def y(value: int) -> float:
+        return top + (height - top - bottom) * (1 - value / top_value)
+
+    parts = [f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" width="{width}" '
+             f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
+             f'aria-label="memory after each call on {html.escape(device)}">',
+             f'<rect x="{left}" y="{top}" width="{width - left - right}" '
+             f'height="{height - top - bottom}" fill="#fafafa" stroke="#ccc"/>',
+             f'<text x="{left - 6}" y="{top + 4}" text-anchor="end">'
+             f"{readable_size(top_value)}</text>",
+             f'<text x="{left - 6}" y="{height - bottom}" text-anchor="end">0</text>',
+             f'<text x="{left}" y="{height - 8}">call {first}</text>',
+             f'<text x="{width - right}" y="{height - 8}" text-anchor="end">call {last}</text>']
+    # reserved >= active: a wide pale line under a thin one, both visible when equal
+    for key, color, style in (("reserved_bytes", _RESERVED, 'stroke-width="6" opacity="0.55"'),
+                              ("active_bytes", _ACTIVE, 'stroke-width="2"')):
+        points = " ".join(f"{x(r['call']):.1f},{y(r[key]):.1f}" for r in rows)
+        parts.append(f'<polyline fill="none" stroke="{color}" {style} '
+                     f'stroke-linejoin="round" points="{points}"/>')
+    if len(rows) <= 200:
+        for r in rows:
+            tip = (f"call {r['call']}: active {readable_size(r['active_bytes'])}, "
+                   f"reserved {readable_size(r['reserved_bytes'])}")
+            parts.append(f'<circle cx="{x(r["call"]):.1f}" cy="{y(r["active_bytes"]):.1f}" '
+                         f'r="2.5" fill="{_ACTIVE}"><title>{html.escape(tip)}</title></circle>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _timeline(timeline: Sequence[dict[str, Any]]) -> str:
+    if not timeline:
+        return ""
+    per_device: dict[str, list[dict[str, Any]]] = {}
+    for row in timeline:
+        per_device.setdefault(row["device"], []).append(row)
+    out = ["<section><h2>memory after each call</h2>"]
+    for device, rows in per_device.items():
+        out.append(f'<p class="where">{html.escape(device)}, calls {rows[0]["call"]}'
+                   f'&ndash;{rows[-1]["call"]}</p>{_timeline_svg(device, rows)}')
+    out.append(f'<p class="legend"><i style="background:{_ACTIVE}"></i>active bytes'
+               f'<i style="background:{_RESERVED}"></i>reserved bytes</p></section>')
+    return "".join(out)
+
+
+def _meta(data: dict[str, Any]) -> str:
+    bits = []
+    run = data.get("run")
+    if run:
+        argv = " ".join(run.get("argv") or [])
+        bits.append(f"<code>{html.escape(argv)}</code> exited with {run.get('exit_status')}")
+    bits.append("devices: " + html.escape(", ".join(data.get("devices") or [])))
+    for key, name in (("torch_version", "torch"), ("pytorch_memlab_version", "pytorch_memlab"),
+                      ("python_version", "Python")):
+        if data.get(key):
+            bits.append(f"{name} {html.escape(str(data[key]))}")
+    if data.get("created"):
+        bits.append(html.escape(data["created"]))
+    return " &middot; ".join(bits)
+
+
+def render_report(profile: ProfileArg, title_text: str = "pytorch_memlab line profile") -> str:
+    """The report as one HTML string."""
+    data = _data(profile)
+    shown, idle = sections(data["functions"])
+    scales = _scales(shown)
+    body = [f"<h1>{html.escape(title_text)}</h1>", f'<p class="meta">{_meta(data)}</p>',
+            _timeline(data.get("timeline") or [])]
+    body += [_section(s, scales) for s in shown]
+    note = idle_note(idle, bool(shown))
+    if note:
+        body.append(f"<p>{html.escape(note)}</p>")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(title_text)}</title><style>{_CSS}</style></head>\n"
+            f"<body>\n{''.join(body)}\n<script>{_JS}</script>\n</body></html>\n")
+
+
+def write_report(profile: ProfileArg, path: Union[str, "os.PathLike[str]"], **kwargs: Any) -> None:
+    """Write ``render_report(profile)`` to ``path`` (UTF-8)."""
+    text = render_report(profile, **kwargs)
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(text)

@@ -1,0 +1,264 @@
+"""LineProfiler.save / pytorch_memlab.load: JSON and CSV round trips print and
+display exactly what the live profiler did; to_dataframe; the timeline of
+profile_every."""
+import io
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("pytorch_memlab._torchshim")
+
+import pytorch_memlab  # noqa: E402
+from pytorch_memlab import LineProfiler, load, profile_every  # noqa: E402
+from pytorch_memlab.line_profiler import SCHEMA_VERSION, SavedProfile  # noqa: E402
+
+MiB = 1 << 20
+COLUMNS = ("active_bytes.all.peak", "reserved_bytes.all.peak", "allocation.all.allocated",
+           "active_bytes.all.current")
+
+
+def work():
+    x = torch.empty(262144)
+    y = torch.empty(524288)
+    del x
+    return y
+
+
+def helper(n):
+    t = torch.ones(n)
+    return t.sum()
+
+
+def never_called():
+    return 1
+
+
+def failing():
+    x = torch.empty(1024)
+    raise ValueError(f"failing with {x.numel()}")
+
+
+def text_of(obj, **kwargs):
+    out = io.StringIO()
+    obj.print_stats(stream=out, **kwargs)
+    return out.getvalue()
+
+
+@pytest.fixture
+def prof():
+    profiler = LineProfiler(work, helper, never_called, failing, device="cpu", columns=COLUMNS)
+    with pytest.raises(ValueError), profiler:   # the exception leaves the profiler
+        work()
+        work()
+        helper(1000)
+        failing()
+    yield profiler
+    profiler.disable()
+
+
+@pytest.mark.parametrize("ext", ["json", "csv"])
+def test_round_trip_prints_and_displays_identically(prof, tmp_path, ext):
+    path = tmp_path / f"profile.{ext}"
+    prof.save(path)
+    saved = load(path)
+    assert isinstance(saved, SavedProfile)
+    assert text_of(saved) == text_of(prof)
+    assert repr(saved) == repr(prof.display())
+    assert str(saved) == str(prof.display())
+    assert saved._repr_html_() == prof.display()._repr_html_()
+    assert saved.display()._repr_html_() == prof.display()._repr_html_()
+    assert saved.stats() == prof.stats()
+    # the same selections as the live profiler
+    assert text_of(saved, func="helper") == text_of(prof, func=helper)
+    assert text_of(saved, func=work) == text_of(prof, func=work)
+    assert text_of(saved, columns=["reserved_bytes.all.peak"]) == \
+        text_of(prof, columns=["reserved_bytes.all.peak"])
+    assert saved.stats([work, "helper"], COLUMNS[:1]) == prof.stats([work, helper], COLUMNS[:1])
+    with pytest.raises(ValueError, match="not a function of this profile"):
+        saved.stats("nope")
+    with pytest.raises(ValueError, match="was not recorded"):
+        saved.stats(columns=["segment.all.peak"])
+
+
+def test_text_is_the_live_text_with_the_raised_line(prof, tmp_path):
+    prof.save(tmp_path / "p.json")
+    text = text_of(load(tmp_path / "p.json"))
+    assert "## work" in text and "## helper" in text and "## failing" in text
+    assert "<-- ValueError raised here" in text
+    assert "(not run while profiling: never_called)" in text
+
+
+def test_json_schema(prof, tmp_path):
+    path = tmp_path / "p.json"
+    prof.save(path)
+    data = json.loads(path.read_text())
+    assert data["format"] == "pytorch_memlab.line_profile"
+    assert data["schema_version"] == SCHEMA_VERSION == 1
+    assert data["torch_version"] == str(torch.__version__)
+    assert data["pytorch_memlab_version"] == pytorch_memlab.__version__
+    assert data["python_version"] == "%d.%d.%d" % sys.version_info[:3]
+    assert data["devices"] == ["cpu"]
+    assert data["columns"] == list(COLUMNS)
+    assert data["timeline"] == [] and data["run"] is None
+    by_name = {f["qualname"]: f for f in data["functions"]}
+    assert set(by_name) == {"work", "helper", "never_called", "failing"}
+    record = by_name["work"]
+    assert record["filename"] == __file__
+    assert record["first_line"] == work.__code__.co_firstlineno
+    assert record["device"] == "cpu" and record["columns"] == list(COLUMNS)
+    lines = {line["code"].strip(): line for line in record["lines"]}
+    assert set(lines["def work():"]) == {"lineno", "code", "count", "net_growth", "raised",
+                                         *COLUMNS}
+    first = lines["x = torch.empty(262144)"]
+    assert first["count"] == 2 and first["net_growth"] == 2 * MiB
+    assert first["allocation.all.allocated"] == 2            # a counter: summed
+    assert lines["def work():"]["count"] == 0
+    assert lines["def work():"]["active_bytes.all.peak"] is None
+    raised = [line for line in by_name["failing"]["lines"] if line["raised"]]
+    assert [line["raised"] for line in raised] == ["ValueError"]
+    saved = load(path)
+    assert saved.torch_version == str(torch.__version__)
+    assert saved.columns == COLUMNS and saved.devices == ["cpu"]
+
+
+def test_csv_layout(prof, tmp_path):
+    path = tmp_path / "p.csv"
+    prof.save(path)
+    rows = path.read_text().splitlines()
+    assert rows[0] == ("qualname,filename,first_line,device,lineno,count,net_growth,"
+                       + ",".join(COLUMNS) + ",raised,code")
+    assert sum(len(r["lines"]) for r in prof.stats()) == len(rows) - 1
+    assert any(row.startswith("work,") and row.endswith(",,    del x") for row in rows)
+
+
+def test_format_override_and_bad_extension(prof, tmp_path):
+    prof.save(tmp_path / "p.data", format="json")
+    assert text_of(load(tmp_path / "p.data")) == text_of(prof)
+    with pytest.raises(ValueError, match=r"\.json or \.csv"):
+        prof.save(tmp_path / "p.txt")
+    with pytest.raises(ValueError, match="format="):
+        prof.save(tmp_path / "p.json", format="xml")
+
+
+def test_load_rejects_other_files(tmp_path):
+    (tmp_path / "other.json").write_text('{"hello": 1}')
+    with pytest.raises(ValueError, match="not a pytorch_memlab line profile"):
+        load(tmp_path / "other.json")
+    (tmp_path / "newer.json").write_text(json.dumps(
+        {"format": "pytorch_memlab.line_profile", "schema_version": SCHEMA_VERSION + 1,
+         "functions": []}))
+    with pytest.raises(ValueError, match="newer"):
+        load(tmp_path / "newer.json")
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(ValueError, match="not JSON"):
+        load(tmp_path / "broken.json")
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="not a pytorch_memlab CSV profile"):
+        load(tmp_path / "other.csv")
+
+
+def test_resaving_a_loaded_profile(prof, tmp_path):
+    prof.save(tmp_path / "a.json")
+    load(tmp_path / "a.json").save(tmp_path / "b.csv")
+    load(tmp_path / "b.csv").save(tmp_path / "c.json")
+    assert text_of(load(tmp_path / "c.json")) == text_of(prof)
+
+
+def test_to_dataframe(prof, tmp_path):
+    pandas = pytest.importorskip("pandas")
+    live = prof.to_dataframe()
+    prof.save(tmp_path / "p.json")
+    prof.save(tmp_path / "p.csv")
+    pandas.testing.assert_frame_equal(live, load(tmp_path / "p.json").to_dataframe())
+    pandas.testing.assert_frame_equal(live, load(tmp_path / "p.csv").to_dataframe())
+    assert list(live.columns) == ["qualname", "filename", "first_line", "device", "lineno",
+                                  "count", "net_growth", *COLUMNS, "raised", "code"]
+    assert str(live["net_growth"].dtype) == "Int64"
+    row = live[(live.qualname == "work") & live.code.str.contains("del x")].iloc[0]
+    assert row["net_growth"] == -2 * MiB and row["count"] == 2
+    assert live[live.qualname == "never_called"]["net_growth"].isna().all()
+    one = prof.to_dataframe(helper, columns="active_bytes.all.peak")
+    assert set(one.qualname) == {"helper"} and "reserved_bytes.all.peak" not in one.columns
+
+
+def test_to_dataframe_without_pandas(prof, tmp_path, monkeypatch):
+    prof.save(tmp_path / "p.json")
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    with pytest.raises(ImportError, match="needs pandas.*pip install pandas"):
+        prof.to_dataframe()
+    with pytest.raises(ImportError, match="needs pandas"):
+        load(tmp_path / "p.json").to_dataframe()
+
+
+def test_profile_every_timeline_and_save(tmp_path, capsys):
+    @profile_every(2, device="cpu")
+    def step(n):
+        keep.append(torch.empty(n))
+        return len(keep)
+
+    keep = []
+    for i in range(5):
+        step(262144)
+    profiler = step.line_profiler
+    timeline = profiler.timeline
+    assert [row["call"] for row in timeline] == [1, 2, 3, 4, 5]
+    assert {row["device"] for row in timeline} == {"cpu"}
+    # each call keeps 1 MiB more alive
+    growth = [b["active_bytes"] - a["active_bytes"] for a, b in zip(timeline, timeline[1:])]
+    assert growth == [MiB] * 4
+    assert all(row["reserved_bytes"] >= row["active_bytes"] for row in timeline)
+
+    # 5 calls, tables after 2 and 4: the 5th call's figures are pending
+    profiler.save(tmp_path / "pending.json")
+    saved = load(tmp_path / "pending.json")
+    assert saved.timeline == timeline
+    line = next(line for line in saved.stats()[0]["lines"] if "torch.empty" in line["code"])
+    assert line["count"] == 1
+    step(262144)            # the 6th call prints the table of calls 5 and 6
+    capsys.readouterr()
+    profiler.save(tmp_path / "printed.json")   # nothing ran since: the printed table
+    line = next(line for line in load(tmp_path / "printed.json").stats()[0]["lines"]
+                if "torch.empty" in line["code"])
+    assert line["count"] == 2
+    profiler.clear()
+    assert profiler.timeline == []
+
+
+def test_add_code_registers_before_the_function_exists(tmp_path):
+    source = textwrap.dedent("""\
+        import torch
+
+        def later(n):
+            t = torch.empty(n)
+            return t
+        """)
+    path = tmp_path / "later_mod.py"
+    path.write_text(source)
+    code = compile(source, str(path), "exec")
+    inner = next(c for c in code.co_consts if hasattr(c, "co_name") and c.co_name == "later")
+    profiler = LineProfiler(device="cpu")
+    profiler.add_code(inner)
+    profiler.add_code(inner)            # twice: one entry
+    namespace = {}
+    with profiler:
+        exec(code, namespace)
+        namespace["later"](262144)
+    (record,) = profiler.stats()
+    assert record["qualname"] == "later"
+    assert [line["count"] for line in record["lines"]] == [0, 1, 1]
+    assert profiler.functions == []
+    assert profiler.stats(namespace["later"]) == [record]
+    with pytest.raises(TypeError):
+        profiler.add_code(lambda: None)
+
+
+def test_load_is_exported_lazily():
+    code = "import pytorch_memlab, sys; print('load' in dir(pytorch_memlab), pytorch_memlab.load)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("True <function load")

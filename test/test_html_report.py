@@ -1,0 +1,213 @@
+"""The HTML report: self-contained, one bar per figure, sortable, a timeline
+for profile_every; then opened in headless Chromium (Debian's ``chromium``;
+skipped without it): a screenshot shows the table's bars and the timeline,
+the DOM has the table and sorts, and the console stays silent."""
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("pytorch_memlab._torchshim")
+
+from pytorch_memlab import LineProfiler, load, profile_every  # noqa: E402
+from pytorch_memlab.html_report import render_report, write_report  # noqa: E402
+
+MiB = 1 << 20
+CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser")
+                 if shutil.which(name)), None)
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "
+                                    "(apt-get install -y chromium)")
+BLUE, ORANGE = (0x48, 0x78, 0xd0), (0xee, 0x85, 0x4a)     # first two column colours
+
+
+def work(n):
+    x = torch.empty(n)
+    y = torch.empty(2 * n)
+    del x
+    return y
+
+
+def shrink():
+    keep = torch.empty(262144)
+    del keep
+    return 0
+
+
+@pytest.fixture(scope="module")
+def profile_path(tmp_path_factory):
+    """A saved profile with two functions and a timeline (profile_every)."""
+    @profile_every(100, device="cpu")
+    def step(n):
+        held.append(torch.empty(n))
+        return work(n)
+
+    held = []
+    for i in range(8):
+        step(262144 * (1 + i % 3))
+    profiler = step.line_profiler
+    extra = LineProfiler(work, shrink, device="cpu")
+    with extra:
+        work(262144)
+        shrink()
+    data = profiler.to_dict()
+    data["functions"] += extra.to_dict()["functions"]
+    path = tmp_path_factory.mktemp("report") / "profile.json"
+    from pytorch_memlab.line_profiler._export import save_data
+    save_data(data, path)
+    return path
+
+
+def test_self_contained_with_a_bar_per_figure(profile_path):
+    saved = load(profile_path)
+    text = render_report(saved)
+    assert text.startswith("<!DOCTYPE html>")
+    # nothing fetched: no external scripts, styles, images or fonts
+    assert not re.search(r"<link|<img|<iframe|\bsrc=|@import|url\(", text)
+    assert re.findall(r"https?://[^\"' ]+", text) == ["http://www.w3.org/2000/svg"]
+    figures = [line.get(c) for r in saved.stats() for line in r["lines"]
+               for c in r["columns"] + ["net_growth"]]
+    assert text.count('class="bar"') == sum(1 for v in figures if v)
+    assert text.count('<table class="prof"') == 3
+    assert text.count("<svg") == 1 and "<polyline" in text
+    assert "#d65f5f" in text                       # shrink()'s negative net growth
+
+
+def test_sources_of_a_report(profile_path, tmp_path):
+    saved = load(profile_path)
+    from_path = render_report(profile_path)
+    assert render_report(saved) == from_path == render_report(saved.to_dict())
+    write_report(str(profile_path), tmp_path / "r.html")
+    assert (tmp_path / "r.html").read_text() == from_path
+    with pytest.raises(TypeError, match="cannot report on int"):
+        render_report(3)
+
+
+def test_live_profiler_report_has_no_timeline():
+    prof = LineProfiler(work, device="cpu")
+    with prof:
+        work(1024)
+    text = render_report(prof)
+    assert "<svg" not in text and "work" in text
+
+
+# ---- in Chromium -------------------------------------------------------------------
+
+def read_png(path):
+    """(width, height, rows of RGB(A) bytes, bytes per pixel) of an 8-bit PNG."""
+    data = Path(path).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat = 8, b""
+    while pos < len(data):
+        (length,), kind = struct.unpack(">I", data[pos:pos + 4]), data[pos + 4:pos + 8]
+        chunk = data[pos + 8:pos + 8 + length]
+        pos += 12 + length
+        if kind == b"IHDR":
+            width, height, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", chunk)
+        elif kind == b"IDAT":
+            idat += chunk
+        elif kind == b"IEND":
+            break
+    assert depth == 8 and interlace == 0 and color in (2, 6), (depth, color, interlace)
+    bpp = 3 if color == 2 else 4
+    raw, stride = zlib.decompress(idat), width * bpp
+    rows, prev, i = [], bytearray(stride), 0
+    for _ in range(height):
+        kind, line = raw[i], bytearray(raw[i + 1:i + 1 + stride])
+        i += 1 + stride
+        for x in range(stride) if kind else ():
+            left = line[x - bpp] if x >= bpp else 0
+            up, corner = prev[x], (prev[x - bpp] if x >= bpp else 0)
+            if kind == 1:
+                line[x] = (line[x] + left) & 255
+            elif kind == 2:
+                line[x] = (line[x] + up) & 255
+            elif kind == 3:
+                line[x] = (line[x] + ((left + up) >> 1)) & 255
+            elif kind == 4:
+                p = left + up - corner
+                pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
+                line[x] = (line[x] + (left if pa <= pb and pa <= pc
+                                      else up if pb <= pc else corner)) & 255
+        rows.append(line)
+        prev = line
+    return width, height, rows, bpp
+
+
+def count_near(rows, bpp, rgb, tolerance=6):
+    total = 0
+    for line in rows:
+        for x in range(0, len(line), bpp):
+            if all(abs(line[x + k] - rgb[k]) <= tolerance for k in range(3)):
+                total += 1
+    return total
+
+
+def over_white(rgb, alpha=0.6):
+    return tuple(round(alpha * c + (1 - alpha) * 255) for c in rgb)
+
+
+def chromium(tmp_path, *args):
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+           "--no-first-run", "--disable-extensions", "--enable-logging=stderr", "--v=0",
+           f"--user-data-dir={tmp_path / 'chromium-profile'}", *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+def console_messages(stderr):
+    return [line for line in stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
+
+
+@needs_chromium
+def test_chromium_shows_table_bars_and_timeline(profile_path, tmp_path):
+    report = tmp_path / "report.html"
+    write_report(profile_path, report)
+    url = report.as_uri()
+
+    shot = tmp_path / "shot.png"
+    out = chromium(tmp_path, f"--screenshot={shot}", "--window-size=1000,900", url)
+    assert console_messages(out.stderr) == []
+    width, height, rows, bpp = read_png(shot)
+    assert (width, height) == (1000, 900)
+    # bars: the column colours at the bars' opacity over white, in solid blocks
+    assert count_near(rows, bpp, over_white(BLUE)) > 1500
+    assert count_near(rows, bpp, over_white(ORANGE)) > 1500
+    # the timeline's active line, drawn in the full colour
+    assert count_near(rows, bpp, BLUE, tolerance=12) > 300
+
+    dom = chromium(tmp_path, "--dump-dom", url)
+    assert console_messages(dom.stderr) == []
+    assert dom.stdout.count('<table class="prof"') == 3
+    assert dom.stdout.count("<polyline") == 2
+    assert "## " not in dom.stdout and "step" in dom.stdout
+
+
+@needs_chromium
+def test_chromium_sorts_by_a_column(profile_path, tmp_path):
+    report = tmp_path / "report.html"
+    write_report(profile_path, report)
+    dom = chromium(tmp_path, "--dump-dom", report.as_uri() + "#sort=cpu/net_growth")
+    assert console_messages(dom.stderr) == []
+    saved = load(profile_path)
+    for record, body in zip(saved.stats(), re.findall(r"<tbody>(.*?)</tbody>", dom.stdout)):
+        order = [int(n) for n in re.findall(r'<tr data-line="(\d+)"', body)]
+        growth = {line["lineno"]: line["net_growth"] for line in record["lines"]}
+        ran = [growth[n] for n in order if growth[n] is not None]
+        assert ran == sorted(ran, reverse=True)            # largest first
+        assert all(growth[n] is None for n in order[len(ran):])   # lines never run: last
+        assert sorted(order) == sorted(growth)
+    assert 'class="sort desc" data-col' in dom.stdout
+
+
+@needs_chromium
+def test_console_check_catches_errors(tmp_path):
+    page = tmp_path / "bad.html"
+    page.write_text("<!DOCTYPE html><p>x</p><script>notDefined();</script>")
+    out = chromium(tmp_path, "--dump-dom", page.as_uri())
+    assert any("Uncaught ReferenceError" in line for line in console_messages(out.stderr))
