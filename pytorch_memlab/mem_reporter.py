@@ -218,8 +218,27 @@ def _grad_of(t: torch.Tensor) -> Optional[torch.Tensor]:
     return grad if _is_tensor(grad) else None
 
 
+def _shape_of(t: torch.Tensor) -> Tuple[int, ...]:
+    """t's shape; -1 marks a ragged dimension of a nested tensor (strided nested
+    tensors have no ``shape`` at all, jagged ones a symbolic size)."""
+    if t.is_nested and t.layout == torch.strided:
+        sizes = t._nested_tensor_size().tolist()
+        inner = [col[0] if len(set(col)) == 1 else -1 for col in zip(*sizes)]
+        return (len(sizes), *inner) if sizes else (0,)
+    out = []
+    for s in t.shape:
+        try:
+            out.append(int(s))
+        except Exception:   # a jagged dimension (SymInt)
+            out.append(-1)
+    return tuple(out)
+
+
 def _storage_of(t: torch.Tensor) -> Optional[Tuple[Any, int]]:
-    """(identity key, nbytes) of t's storage, or None for a tensor without one."""
+    """(identity key, nbytes) of t's storage, or None for a tensor without one
+    (meta tensors have a nominal size but hold no memory)."""
+    if t.device.type == "meta":
+        return None
     try:
         storage = t.untyped_storage()
         nbytes = int(storage.nbytes())
@@ -290,7 +309,7 @@ class _Collector:
     def _row(self, t: torch.Tensor, name: str, kind: str) -> None:
         device = str(t.device)
         dtype = str(t.dtype).replace("torch.", "")
-        shape = tuple(int(s) for s in t.shape)
+        shape = _shape_of(t)
         numel = int(t.numel())
         found = _storage_of(t)
         order = len(self.rows)

@@ -455,3 +455,46 @@ def test_allocator_explanations():
     assert _explain(1024, 1024, False).startswith("Matches the allocator")
     assert "pass outputs=" in _explain(2048, 1024, False)
     assert _explain(512, 1024, False).startswith("Found 512 B more than the allocator counts")
+
+
+# ------------------------------------------------------------------ issue 14 bugs
+
+
+@pytest.mark.filterwarnings("ignore:.*nested tensors.*")
+def test_strided_nested_tensor_counts_its_buffer():
+    holder = nn.Module()
+    nt = torch.nested.nested_tensor([torch.zeros(3, 4), torch.zeros(5, 4)], layout=torch.strided)
+    holder.register_buffer("nt", nt)
+    result = quiet_report(MemReporter(holder), module=holder)
+    row = named(result)["nt"]
+    assert row.bytes == nt.untyped_storage().nbytes() == (3 + 5) * 4 * 4
+    assert row.shape == (2, -1, 4) and row.numel == 32
+    assert result.total_bytes == 128 and result.skipped == 0
+
+
+def test_meta_tensor_holds_no_memory():
+    holder = nn.Module()
+    holder.register_buffer("meta", torch.empty(1000, device="meta"))
+    holder.register_buffer("real", torch.zeros(10))
+    result = quiet_report(MemReporter(holder), module=holder)
+    rows = named(result)
+    assert rows["meta"].bytes == 0 and rows["meta"].storage_id is None
+    assert rows["meta"].shape == (1000,) and rows["meta"].device == "meta"
+    assert result.total_bytes == 40
+    assert {d.device: d.bytes for d in result.devices} == {"cpu": 40, "meta": 0}
+
+
+def test_cpu_total_is_the_sum_of_distinct_storages():
+    holder = nn.Module()
+    base = torch.arange(60, dtype=torch.float64)
+    holder.register_buffer("base", base)
+    holder.register_buffer("view", base[5:9])
+    holder.register_buffer("fp16", torch.zeros(7, dtype=torch.float16))
+    holder.register_buffer("ints", torch.zeros(3, 3, dtype=torch.int32))
+    holder.register_buffer("again", holder.ints.t())
+    result = quiet_report(MemReporter(holder), module=holder)
+    storages = {b.untyped_storage().data_ptr(): b.untyped_storage().nbytes()
+                for b in holder.buffers()}
+    assert len(storages) == 3
+    assert result.total_bytes == sum(storages.values()) == 480 + 14 + 36
+    assert sum(r.bytes for r in result.rows) == result.total_bytes
