@@ -9,6 +9,11 @@ A report lists tensors found from four sources, in this order:
 4. every other tensor the garbage collector knows of, numbered per type
    (``Tensor0``, ``Parameter0``, ...), each followed by its ``.grad``.
 
+On a CUDA device, the allocator's own blocks (``torch.cuda.memory._snapshot()``) are
+matched against the storages found: every other active block is listed with its size,
+stream and, where it can be known, what it is (see ``_blocks``), so that the blocks
+add up to ``torch.cuda.memory_allocated()`` exactly.
+
 Rows are then grouped per device (cpu, cuda:0, cuda:1, ...) and, within a
 device, per storage in the order storages were first met.
 
@@ -32,7 +37,10 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 
 import torch
 
-__all__ = ["MemReporter", "MemReport", "TensorRow", "DeviceTotal"]
+from . import _blocks
+from ._blocks import BlockRow, DeviceBlocks
+
+__all__ = ["MemReporter", "MemReport", "TensorRow", "DeviceTotal", "BlockRow"]
 
 # The CUDA caching allocator hands out blocks in multiples of this many bytes.
 CUDA_BLOCK_BYTES = 512
@@ -89,9 +97,11 @@ class DeviceTotal:
     tensors: int                          # rows on this device
     storages: int                         # distinct storages
     bytes: int                            # exact sum of storage sizes
-    block_bytes: Optional[int] = None     # the same storages rounded up to allocator blocks
+    block_bytes: Optional[int] = None     # allocator blocks backing those storages
     allocator_bytes: Optional[int] = None  # torch.cuda.memory_allocated(device)
     note: Optional[str] = None            # one line explaining allocator_bytes - block_bytes
+    other_block_bytes: Optional[int] = None    # allocated blocks no found tensor holds
+    awaiting_free_bytes: Optional[int] = None  # freed blocks another stream still uses
 
 
 class MemReport:
@@ -102,9 +112,11 @@ class MemReport:
     """
 
     def __init__(self, rows: List[TensorRow], devices: List[DeviceTotal],
-                 verbose: bool = False, skipped: int = 0) -> None:
+                 verbose: bool = False, skipped: int = 0,
+                 blocks: Optional[List[BlockRow]] = None) -> None:
         self.rows = rows
         self.devices = devices
+        self.blocks = list(blocks or [])   # CUDA blocks no found tensor holds
         self.verbose = verbose
         self.skipped = skipped  # objects that raised while being inspected
 
@@ -134,6 +146,7 @@ class MemReport:
     def to_json(self, **dumps_kwargs: Any) -> str:
         return json.dumps({"devices": [asdict(d) for d in self.devices],
                            "rows": self.to_dicts(),
+                           "blocks": [asdict(b) for b in self.blocks],
                            "skipped": self.skipped}, **dumps_kwargs)
 
     def format(self, verbose: Optional[bool] = None) -> str:
@@ -183,7 +196,9 @@ def _format(report: MemReport, verbose: bool) -> str:
         if hidden:
             summary += f"  [{hidden} rows sharing a storage above; verbose=True lists them]"
         lines.append(summary)
-        if total.allocator_bytes is not None and total.block_bytes is not None:
+        if total.other_block_bytes is not None:
+            lines += _block_lines(report, total, rule)
+        elif total.allocator_bytes is not None and total.block_bytes is not None:
             lines.append(f"Allocated on {total.device} (torch.cuda.memory_allocated): "
                          f"{readable_size(total.allocator_bytes)} ({total.allocator_bytes:,} bytes)")
             lines.append(f"Found storages in {CUDA_BLOCK_BYTES}-byte blocks: "
@@ -193,6 +208,38 @@ def _format(report: MemReport, verbose: bool) -> str:
     if report.skipped:
         lines.append(f"{report.skipped} object(s) raised while being inspected and are not listed")
     return "\n".join(lines)
+
+
+def _sized(num_bytes: int) -> str:
+    return f"{readable_size(num_bytes)} ({num_bytes:,} bytes)"
+
+
+def _block_lines(report: MemReport, total: DeviceTotal, rule: str) -> List[str]:
+    """The allocator's blocks on a CUDA device: those no found tensor holds, then
+    the sum that makes up torch.cuda.memory_allocated."""
+    lines = []
+    mine = [b for b in report.blocks if b.device == total.device]
+    if mine:
+        lines.append(f"Allocator blocks not held by a visible tensor on {total.device}")
+        lines.append("{:>6}  {:>12}  {:<14}  {}".format("Blocks", "Size each", "Stream", "What"))
+        for count, b in _blocks.grouped(mine):
+            what = [b.label] if b.label else []
+            if b.allocated_at:
+                what.append(f"allocated at {b.allocated_at}")
+            text = "; ".join(what) or "unknown (MemReporter(record_history=True) names its line)"
+            lines.append("{:>6}  {:>12}  {:<14}  {}".format(
+                count, readable_size(b.size), _blocks.stream_name(b.stream), text))
+        lines.append(rule)
+    allocated = total.allocator_bytes or 0
+    held, other = total.block_bytes or 0, total.other_block_bytes or 0
+    lines.append(f"Allocated on {total.device} (torch.cuda.memory_allocated): {_sized(allocated)}")
+    lines.append(f"  = blocks backing the storages above:      {_sized(held)}")
+    lines.append(f"  + blocks not held by a visible tensor:    {_sized(other)}")
+    if total.awaiting_free_bytes:
+        lines.append(f"Freed blocks still used by another stream (not allocated): "
+                     f"{_sized(total.awaiting_free_bytes)}")
+    lines.append(str(total.note))
+    return lines
 
 
 # --------------------------------------------------------------------------- walk
@@ -265,6 +312,21 @@ class _Collector:
     def release(self) -> None:
         self._keep.clear()
         self._seen.clear()
+
+    def kept_tensors(self) -> Iterator[torch.Tensor]:
+        for obj in self._keep:
+            if _is_tensor(obj):
+                yield obj  # type: ignore[misc]
+            elif isinstance(obj, list):
+                yield from (o for o in obj if _is_tensor(o))
+
+    def storage_ptrs(self) -> Dict[str, List[int]]:
+        """Addresses of the storages found, per device."""
+        out: Dict[str, List[int]] = {}
+        for key in self._storages:
+            if key[0] != "impl":
+                out.setdefault(key[0], []).append(key[1])
+        return out
 
     def seen(self, t: object) -> bool:
         return id(t) in self._seen
@@ -475,8 +537,70 @@ def _explain(allocated: int, blocks: int, scoped: bool) -> str:
             "the caching allocator (DLPack/from_blob imports, another allocator)")
 
 
-def _totals(rows: List[TensorRow], want: Optional[torch.device], scoped: bool) -> List[DeviceTotal]:
-    allocated = _cuda_allocated()
+def _graph_ptrs(col: _Collector) -> Dict[Tuple[str, int], str]:
+    """(device, address) -> name of the storages saved for backward by the
+    graphs behind the tensors found (outputs= not given)."""
+    roots = []
+    for t in col.kept_tensors():
+        try:
+            if t.grad_fn is not None:
+                roots.append(t)
+        except Exception:
+            continue
+    ghost = _Collector()
+    try:
+        _walk_graph(ghost, roots)
+        return {key: name for key, (_, name) in ghost._storages.items() if key[0] != "impl"}
+    finally:
+        ghost.release()
+
+
+def _split_blocks(col: _Collector, want: Optional[torch.device],
+                  walk_graph: bool) -> Dict[str, DeviceBlocks]:
+    """Each CUDA device's allocated blocks, split by the storages found."""
+    segments = _blocks.snapshot_segments()
+    if segments is None:
+        return {}
+    ptrs = col.storage_ptrs()
+    devices = {f"cuda:{int(seg.get('device', 0))}" for seg in segments}
+    devices |= {d for d in ptrs if d.startswith("cuda")}
+    graph: List[Dict[Tuple[str, int], str]] = []
+
+    def graph_of(device: str) -> Callable[[], Dict[int, str]]:
+        def get() -> Dict[int, str]:
+            if not walk_graph:
+                return {}
+            if not graph:
+                graph.append(_graph_ptrs(col))
+            return {ptr: name for (dev, ptr), name in graph[0].items() if dev == device}
+        return get
+
+    out = {}
+    for device in sorted(devices):
+        if want is not None and not _device_matches(want, torch.device(device)):
+            continue
+        index = torch.device(device).index or 0
+        out[device] = _blocks.split_blocks(segments, device, ptrs.get(device, []),
+                                           graph_of(device),
+                                           lambda i=index: _blocks.workspace_labels(i))
+    return out
+
+
+def _account(allocated: int, blocks: DeviceBlocks) -> str:
+    listed = blocks.held_bytes + blocks.other_bytes
+    if listed == allocated:
+        return ("Every allocated block is accounted for: the storages above, plus the blocks "
+                "listed as not held by a visible tensor")
+    return (f"The allocator's blocks add up to {_sized(listed)}: memory was allocated or freed "
+            "by another thread while the report ran")
+
+
+def _totals(rows: List[TensorRow], want: Optional[torch.device], scoped: bool,
+            blocks: Optional[Dict[str, DeviceBlocks]] = None,
+            allocated: Optional[Dict[str, int]] = None) -> List[DeviceTotal]:
+    blocks = blocks or {}
+    if allocated is None:
+        allocated = _cuda_allocated()
     names = []
     for r in rows:
         if r.device not in names:
@@ -491,10 +615,15 @@ def _totals(rows: List[TensorRow], want: Optional[torch.device], scoped: bool) -
         mine = [r for r in rows if r.device == dev]
         owners = [r for r in mine if r.storage_id is not None and r.alias_of is None]
         found = sum(r.bytes for r in owners)
-        if dev in allocated:
-            blocks = sum(-(-r.bytes // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES for r in owners)
-            totals.append(DeviceTotal(dev, len(mine), len(owners), found, blocks, allocated[dev],
-                                      _explain(allocated[dev], blocks, scoped)))
+        if dev in allocated and dev in blocks:
+            split = blocks[dev]
+            totals.append(DeviceTotal(dev, len(mine), len(owners), found, split.held_bytes,
+                                      allocated[dev], _account(allocated[dev], split),
+                                      split.other_bytes, split.awaiting_bytes))
+        elif dev in allocated:
+            rounded = sum(-(-r.bytes // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES for r in owners)
+            totals.append(DeviceTotal(dev, len(mine), len(owners), found, rounded, allocated[dev],
+                                      _explain(allocated[dev], rounded, scoped)))
         else:
             totals.append(DeviceTotal(dev, len(mine), len(owners), found))
     return totals
@@ -518,9 +647,13 @@ class MemReporter:
             weak reference: keep it alive yourself).
         pre_collect: run ``gc.collect()`` before each report, so tensors in unreachable
             reference cycles (garbage not yet collected) are freed instead of listed.
+        record_history: on CUDA, start recording the Python stack of every allocation
+            (``torch.cuda.memory._record_memory_history``), so that blocks no tensor
+            explains name the line that allocated them.  No effect without CUDA.
     """
 
-    def __init__(self, model: Optional[torch.nn.Module] = None, pre_collect: bool = False) -> None:
+    def __init__(self, model: Optional[torch.nn.Module] = None, pre_collect: bool = False,
+                 record_history: bool = False) -> None:
         if model is not None and not isinstance(model, torch.nn.Module):
             raise TypeError(f"MemReporter(model=...) takes a torch.nn.Module or None, got "
                             f"{type(model).__name__}; pass the model whose parameters should be "
@@ -528,6 +661,8 @@ class MemReporter:
         self._model = _weak(model) if model is not None else (lambda: None)
         self._optimizers: List[Callable[[], Any]] = []
         self.pre_collect = pre_collect
+        if record_history:
+            _blocks.start_recording()
 
     def add_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Name the optimizer's state tensors ``<OptimizerClass>.<param name>.<state key>``."""
@@ -560,15 +695,21 @@ class MemReporter:
         if self.pre_collect:
             gc.collect()
         col = _Collector()
+        blocks: Dict[str, DeviceBlocks] = {}
+        allocated: Optional[Dict[str, int]] = None
         try:
             self._walk(col, module, out_tensors)
             rows = [r for r in col.sorted_rows()
                     if want is None or _device_matches(want, torch.device(r.device))]
             skipped = col.skipped
+            if module is None:   # a scoped report leaves the rest of the device out
+                blocks = _split_blocks(col, want, walk_graph=not out_tensors)
+                allocated = _cuda_allocated()   # read while the found tensors are held
         finally:
             col.release()
             del out_tensors
-        result = MemReport(rows, _totals(rows, want, module is not None), verbose, skipped)
+        result = MemReport(rows, _totals(rows, want, module is not None, blocks, allocated),
+                           verbose, skipped, [b for d in blocks.values() for b in d.other])
         if print_report:
             print(result, file=sys.stdout)
         return result

@@ -498,3 +498,126 @@ def test_cpu_total_is_the_sum_of_distinct_storages():
     assert len(storages) == 3
     assert result.total_bytes == sum(storages.values()) == 480 + 14 + 36
     assert sum(r.bytes for r in result.rows) == result.total_bytes
+
+
+# ------------------------------------------------------------------ allocator blocks
+
+
+def _segment(blocks, device=0, stream=0, pool=(0, 0)):
+    return {"device": device, "stream": stream, "segment_pool_id": pool,
+            "address": blocks[0]["address"], "total_size": sum(b["size"] for b in blocks),
+            "blocks": blocks}
+
+
+def _block(address, size, state="active_allocated", requested=None, frames=()):
+    return {"address": address, "size": size, "requested_size": requested or size,
+            "state": state, "frames": list(frames)}
+
+
+def test_split_blocks_matches_storage_addresses():
+    # addresses of real storages stand in for device pointers: the split is arithmetic
+    from pytorch_memlab import _blocks
+    a, b = torch.zeros(1000), torch.zeros(10)
+    pa, pb = a.untyped_storage().data_ptr(), b.untyped_storage().data_ptr()
+    far = max(pa, pb) + (1 << 30)
+    segments = [
+        _segment([_block(pa, 4096), _block(pa + 4096, 512, state="inactive")]),
+        _segment([_block(pb, 512)], stream=0x2),
+        _segment([_block(far, 32 << 20, requested=32 << 20),
+                  _block(far + (32 << 20), 1024, state="active_awaiting_free",
+                         frames=[{"filename": torch.__file__, "line": 1, "name": "f"},
+                                 {"filename": "/x/train.py", "line": 12, "name": "step"}])]),
+        _segment([_block(far + (64 << 20), 2048)], pool=(1, 0)),
+        _segment([_block(far + (96 << 20), 8192)]),
+        _segment([_block(far + (128 << 20), 512)], device=1),
+    ]
+    graph = {far + (96 << 20) + 16: "AddmmBackward0.mat1"}
+    split = _blocks.split_blocks(segments, "cuda:0", [pa, pb + 4], lambda: graph,
+                                 lambda: {32 << 20: "cuBLAS workspace (by its size)"})
+    assert (split.held_bytes, split.held_blocks) == (4096 + 512, 2)
+    by_size = {r.size: r for r in split.other}
+    assert sorted(by_size) == [1024, 2048, 8192, 32 << 20]
+    assert by_size[32 << 20].label == "cuBLAS workspace (by its size)"
+    assert by_size[1024].label == "freed, waiting for another stream to finish with it"
+    assert by_size[1024].allocated_at == "train.py:12 (step)" and not by_size[1024].counted
+    assert by_size[2048].label.startswith("private pool (1, 0)")
+    assert by_size[8192].label == "saved for backward (AddmmBackward0.mat1); pass outputs= to name it"
+    assert split.other_bytes == (32 << 20) + 2048 + 8192 and split.awaiting_bytes == 1024
+    assert split.held_bytes + split.other_bytes == 4096 + 512 + (32 << 20) + 2048 + 8192
+
+
+def test_block_section_in_the_report(monkeypatch):
+    import pytorch_memlab.mem_reporter as mem_reporter
+    from pytorch_memlab import _blocks
+    holder = nn.Module()
+    holder.register_buffer("w", torch.zeros(256))
+    p = holder.w.untyped_storage().data_ptr()
+    segments = [_segment([_block(p, 1024)]),
+                _segment([_block(p + (1 << 30), 512), _block(p + (1 << 30) + 512, 512)])]
+    monkeypatch.setattr(_blocks, "snapshot_segments", lambda: segments)
+    monkeypatch.setattr(mem_reporter, "_cuda_allocated", lambda: {"cuda:0": 2048})
+    # the buffer's row is on cpu; pretend its storage address is on cuda:0 too
+    real = mem_reporter._Collector.storage_ptrs
+    monkeypatch.setattr(mem_reporter._Collector, "storage_ptrs",
+                        lambda self: dict(real(self), **{"cuda:0": [p]}))
+    result = quiet_report(MemReporter(holder))
+    gpu = next(d for d in result.devices if d.device == "cuda:0")
+    assert (gpu.block_bytes, gpu.other_block_bytes, gpu.allocator_bytes) == (1024, 1024, 2048)
+    assert gpu.note.startswith("Every allocated block is accounted for")
+    assert [b.size for b in result.blocks] == [512, 512]
+    text = str(result)
+    assert "Allocator blocks not held by a visible tensor on cuda:0" in text
+    assert "     2         512 B  default         unknown" in text
+    assert "  + blocks not held by a visible tensor:    1.00 KiB (1,024 bytes)" in text
+    assert json.loads(result.to_json())["blocks"][0]["size"] == 512
+
+
+def test_workspace_sizes_follow_the_environment(monkeypatch):
+    from pytorch_memlab import _blocks
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    assert _blocks._env_cublas_size(8) == 32 << 20
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:2:16:8")
+    assert _blocks._env_cublas_size(9) == 4096 * 1024 * 2 + 16 * 1024 * 8
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+    assert _blocks._env_cublas_size(9) == 32 << 20
+    assert _blocks._env_cublas_size(8) == 4096 * 1024 * 2 + 16 * 1024 * 8
+    monkeypatch.setenv("CUBLASLT_WORKSPACE_SIZE", "2048")
+    assert _blocks._env_cublaslt_size() == 2 << 20
+
+
+@cuda
+def test_cuda_mlp_after_adam_every_block_accounted():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024)).cuda()
+    opt = torch.optim.Adam(model.parameters())
+    x = torch.randn(512, 1024, device="cuda")
+    model(x).pow(2).mean().backward()
+    opt.step()
+    loss = model(x).pow(2).mean()
+    reporter = MemReporter(model)
+    reporter.add_optimizer(opt)
+    result = reporter.report(outputs=loss, device="cuda:0")
+    total = _cuda_total(result)
+    allocated = torch.cuda.memory_allocated(0)
+    assert total.allocator_bytes == allocated
+    unexplained = allocated - total.block_bytes - total.other_block_bytes
+    assert unexplained == 0, unexplained
+    assert sum(b.size for b in result.blocks if b.counted) == total.other_block_bytes
+    # what is not a tensor is labelled (cuBLAS workspaces) or at most 1% of the device
+    unlabelled = sum(b.size for b in result.blocks if b.counted and b.label is None)
+    assert unlabelled <= allocated // 100, [b for b in result.blocks if b.label is None]
+
+
+@cuda
+def test_cuda_record_history_names_the_line():
+    reporter = MemReporter(record_history=True)
+    hidden = {"t": torch.empty(3 << 20, dtype=torch.uint8, device="cuda")}  # allocated here
+    ptr = hidden["t"].untyped_storage().data_ptr()
+    held = [hidden.pop("t").untyped_storage()]    # a storage, not a tensor: invisible to gc walk
+    result = quiet_report(reporter, device="cuda:0")
+    block = next(b for b in result.blocks if b.address == ptr)
+    assert block.allocated_at is not None and block.allocated_at.startswith("test_mem_reporter.py:")
+    total = _cuda_total(result)
+    assert total.block_bytes + total.other_block_bytes == total.allocator_bytes
+    del held
+    torch.cuda.memory._record_memory_history(enabled=None)
