@@ -36,7 +36,9 @@ and null figures.  ``net_growth`` is the sum over executions of the change in
 ``active_bytes.all.current``; each column is aggregated as the tracer does
 ("*.peak": max of per-execution peaks; "*.allocated"/"*.freed": sums; other
 fields: max of end-of-line values).  Bytes are exact integers.  ``raised``
-names the exception that left the function through that line.  A reader
+names the exception that left the function through that line.  The record of
+the innermost function an out-of-memory error escaped also has a
+``"postmortem"`` object (its keys: ``pytorch_memlab/_postmortem.py``).  A reader
 accepts any file whose schema_version is not newer than its own and ignores
 keys it does not know; a change of meaning bumps the version.
 
@@ -286,9 +288,12 @@ def _project(record: FunctionRecord, shown: Sequence[str]) -> FunctionRecord:
             row[name] = line.get(name)
         row["raised"] = line.get("raised")
         lines.append(row)
-    return FunctionRecord(qualname=record["qualname"], filename=record["filename"],
-                          first_line=record["first_line"], device=record["device"],
-                          columns=list(shown), lines=lines)
+    out = FunctionRecord(qualname=record["qualname"], filename=record["filename"],
+                         first_line=record["first_line"], device=record["device"],
+                         columns=list(shown), lines=lines)
+    if "postmortem" in record:
+        out["postmortem"] = record["postmortem"]
+    return out
 
 
 class SavedProfile:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import html
 from typing import Optional, Sequence
 
+from .._postmortem import format_postmortem
 from ._sections import Section, cell, count_cell, idle_note, raised_note, sections, title
 from ._stats import FunctionRecord
 
@@ -67,9 +68,12 @@ def _section(section: Section, scales: dict[tuple[str, str], int]) -> str:
                     f'<td style="{_TD}">{count_cell(first)}</td>'
                     f'<td style="{_TD}">{first["lineno"]}</td>'
                     f'<td style="{_CODE}">{code}</td></tr>')
+    pm = section.postmortem
+    after = ("" if pm is None else
+             f"<pre>{html.escape(format_postmortem(pm, section.qualname))}</pre>")
     return (f'<h3 style="font-family:monospace">{html.escape(section.qualname)}</h3>'
             f'<table style="{_TABLE}"><thead><tr>{head1}</tr><tr>{head2}</tr></thead>'
-            f"<tbody>{''.join(body)}</tbody></table>")
+            f"<tbody>{''.join(body)}</tbody></table>{after}")
 
 
 def render_html(records: Sequence[FunctionRecord]) -> str:

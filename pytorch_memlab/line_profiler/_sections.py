@@ -28,6 +28,11 @@ class Section:
         """Figures of each device group, in order: requested columns, then growth."""
         return self.records[0]["columns"] + [GROWTH]
 
+    @property
+    def postmortem(self) -> Optional[dict]:
+        """The out-of-memory post-mortem of this function, if one escaped it."""
+        return next((r["postmortem"] for r in self.records if "postmortem" in r), None)
+
     def rows(self) -> list[tuple[LineRecord, list[LineRecord]]]:
         """(first device's line, every device's line) for each source line."""
         per_device = [r["lines"] for r in self.records]

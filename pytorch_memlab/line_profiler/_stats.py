@@ -11,6 +11,8 @@ A record::
 Every source line of the function is listed.  A line that never ran has
 count 0 and None for every figure.  ``raised`` names the exception that
 escaped the profiler through that line (e.g. "OutOfMemoryError"), else None.
+The record of the innermost function an out-of-memory error passed through
+also has ``"postmortem"``: what held the memory then (see ``_postmortem``).
 """
 from __future__ import annotations
 
@@ -24,13 +26,17 @@ from ._tracerset import TracerStats
 LineRecord = dict[str, Any]   # lineno, code, count, net_growth, each column, raised
 
 
-class FunctionRecord(TypedDict):
+class _Record(TypedDict):
     qualname: str
     filename: str
     first_line: int
     device: str
     columns: list[str]
     lines: list[LineRecord]
+
+
+class FunctionRecord(_Record, total=False):
+    postmortem: dict[str, Any]   # only where an out-of-memory error escaped (_postmortem)
 
 
 Raised = dict[types.CodeType, dict[int, str]]

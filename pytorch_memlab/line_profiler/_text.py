@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from .._postmortem import format_postmortem
 from ._sections import Section, cell, count_cell, idle_note, raised_note, sections, title
 from ._stats import FunctionRecord
 
@@ -55,7 +56,11 @@ def _section(section: Section) -> str:
         note = raised_note(first)
         code = first["code"] + ("   " + note if note else "")
         out.append(_SEP.join(cells) + _SEP + code)
-    return f"## {section.qualname}\n\n" + "\n".join(line.rstrip() for line in out) + "\n"
+    text = f"## {section.qualname}\n\n" + "\n".join(line.rstrip() for line in out) + "\n"
+    pm = section.postmortem
+    if pm is not None:
+        text += "\n" + format_postmortem(pm, section.qualname) + "\n"
+    return text
 
 
 def render_text(records: Sequence[FunctionRecord]) -> str:

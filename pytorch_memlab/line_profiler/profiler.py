@@ -6,6 +6,7 @@ import threading
 import types
 from typing import IO, TYPE_CHECKING, Any, Callable, Optional, Union
 
+from .. import _postmortem
 from ._columns import ColumnsArg, normalize_columns, pick_columns
 from ._devices import DeviceArg, add_follower, note_cpu_fallback, resolve_devices
 from ._display import ProfileDisplay
@@ -51,6 +52,7 @@ class LineProfiler:
         self._explicit = False     # enable() was called by the user
         self._timeline = Timeline()   # filled by profile_every, one row per call
         self._printed: Optional[list[FunctionRecord]] = None   # see _rotate
+        self._postmortem: Optional[tuple[types.CodeType, dict[str, Any]]] = None   # last OOM
         if any(slot.follows_target for slot in slots):
             add_follower(self)
         for func in functions:
@@ -112,6 +114,7 @@ class LineProfiler:
         if self._fell_back:
             note_cpu_fallback()
         self._tracers.enable()
+        _postmortem.watch_cuda()   # reads an OOM's figures inside the failing allocation
 
     def enable(self) -> None:
         """Start profiling, in this thread and threads started from now on
@@ -146,6 +149,7 @@ class LineProfiler:
             self._raised.clear()
             self._timeline.clear()
             self._printed = None
+            self._postmortem = None
 
     def _rotate(self) -> None:
         """``profile_every`` printed a table: forget its figures but keep them
@@ -154,6 +158,7 @@ class LineProfiler:
             self._printed = self.stats()
             self._tracers.clear()
             self._raised.clear()
+            self._postmortem = None
 
     def _record_execution(self) -> None:
         """Append each device's active and reserved bytes to the timeline."""
@@ -205,8 +210,15 @@ class LineProfiler:
             self._tracers.retarget(index)
 
     def _note_exception(self, exc: BaseException) -> None:
-        """Mark, in every profiled frame it went through, the line ``exc`` left by."""
+        """Mark, in every profiled frame it went through, the line ``exc`` left by;
+        for an out-of-memory error, also keep its post-mortem (``_postmortem``),
+        read now, while the traceback's frames still hold the tensors."""
         codes = {code for entry in self._entries for code in entry.codes}
+        code = _postmortem.innermost(exc, codes)
+        if code is not None:
+            found = _postmortem.capture(exc)
+            if found is not None:
+                self._postmortem = (code, found)
         tb = exc.__traceback__
         while tb is not None:
             code = tb.tb_frame.f_code
@@ -225,8 +237,9 @@ class LineProfiler:
             if func is not None and not entries:
                 raise ValueError(f"{func!r} is not a function of this profiler "
                                  f"(registered: {', '.join(e.qualname for e in self._entries)})")
-            return build_records(entries, self._tracers.labels(), self._tracers.stats(),
-                                 self.columns, shown, self._raised)
+            records = build_records(entries, self._tracers.labels(), self._tracers.stats(),
+                                    self.columns, shown, self._raised)
+            return _postmortem.attach(records, self._postmortem)
 
     def display(self, func: Any = None, columns: ColumnsArg = None) -> ProfileDisplay:
         """A table of ``func`` (a function, a qualname, a list of them; None: all)

@@ -1,0 +1,344 @@
+"""What held the memory when an out-of-memory error escaped a profiled call.
+
+``capture(exc)`` runs where the profiler first sees the exception (the
+wrapper's handler, ``LineProfiler.__exit__``, the ``run`` command), while the
+traceback's frames still hold the tensors.  It returns a plain dict, the
+post-mortem, which the profiler attaches to the record of the innermost
+profiled function the error passed through (``stats()``, the JSON export) and
+prints after the line table (``format_postmortem``)::
+
+    {"error": "OutOfMemoryError", "device": "cuda:0",
+     "when": "at the failing allocation",        # or "after the error"
+     "requested_bytes": ..., "allocated_bytes": ..., "reserved_bytes": ...,
+     "free_bytes": ..., "total_bytes": ...,      # the device (CPU: the machine)
+     "fragmentation_bytes": ...,                 # reserved - allocated
+     "largest_free_block_bytes": ...,            # CUDA: largest inactive block
+     "tensors": [{"name", "kind", "dtype", "shape", "bytes", "line"}, ...],   # top 10
+     "hints": ["..."]}
+
+CUDA figures come from the caching allocator's out-of-memory observer
+(``torch._C._cuda_attach_out_of_memory_observer``), which runs inside the
+failing allocation, before any frame unwinds.  A CPU allocation failure
+(``DefaultCPUAllocator: can't allocate memory``, a RuntimeError) is read in the
+handler: the CPU allocator caches nothing, so nothing changed in between.  A
+figure that cannot be known is None.
+"""
+from __future__ import annotations
+
+import dis
+import os
+import re
+import threading
+import types
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from . import mem_reporter as _mr
+
+TOP = 10
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_CPU_OOM = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes")
+
+_events = threading.local()     # .last: the latest CUDA OOM seen on this thread
+_watch_lock = threading.Lock()
+_watching = False
+
+
+# ---------------------------------------------------------------- CUDA observer
+
+def _on_cuda_oom(device: int, requested: int, limit: int, free: int) -> None:
+    """Runs inside the failing allocation (the allocator's lock released)."""
+    try:
+        stats = torch.cuda.memory_stats(device)
+        largest = 0
+        for segment in torch.cuda.memory._snapshot().get("segments", []):
+            if int(segment.get("device", -1)) == device:
+                for block in segment.get("blocks", ()):
+                    if block.get("state") == "inactive":
+                        largest = max(largest, int(block["size"]))
+        _events.last = {
+            "device": f"cuda:{device}", "requested_bytes": int(requested),
+            "allocated_bytes": int(stats.get("allocated_bytes.all.current", 0)),
+            "reserved_bytes": int(stats.get("reserved_bytes.all.current", 0)),
+            "free_bytes": int(free), "total_bytes": int(limit),
+            "largest_free_block_bytes": largest,
+            "num_ooms": int(stats.get("num_ooms", 0))}
+    except Exception:   # never raise inside the allocator
+        _events.last = None
+
+
+def _attach() -> None:
+    attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+    if attach is not None:
+        attach(_on_cuda_oom)
+
+
+def watch_cuda() -> None:
+    """Attach the observer once per process, when CUDA is (or gets) initialised.
+    There is no detach: it stays, and costs nothing until an allocation fails."""
+    global _watching
+    if _watching or not torch.cuda.is_available():
+        return
+    with _watch_lock:
+        if _watching:
+            return
+        _watching = True
+        if torch.cuda.is_initialized():
+            _attach()
+        else:
+            torch.cuda._lazy_call(_attach)   # device allocators exist only after init
+
+
+def _fresh_cuda_event(exc: BaseException) -> Optional[Dict[str, Any]]:
+    """The observer's reading for this error: the latest on this thread, if no
+    other OOM happened on its device since."""
+    event = getattr(_events, "last", None)
+    _events.last = None
+    if event is None or "Tried to allocate" not in str(exc):
+        return None
+    try:
+        index = int(event["device"].split(":")[1])
+        if int(torch.cuda.memory_stats(index).get("num_ooms", 0)) != event["num_ooms"]:
+            return None
+    except Exception:
+        return None
+    return event
+
+
+# ---------------------------------------------------------------- the figures
+
+def is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
+        return True
+    return isinstance(exc, RuntimeError) and _CPU_OOM.search(str(exc)) is not None
+
+
+def _cpu_figures(exc: BaseException) -> Dict[str, Any]:
+    found = _CPU_OOM.search(str(exc))
+    out: Dict[str, Any] = {"device": "cpu", "requested_bytes": int(found.group(1)) if found else None,
+                           "allocated_bytes": None, "reserved_bytes": None,
+                           "free_bytes": None, "total_bytes": None,
+                           "largest_free_block_bytes": None}
+    try:
+        from .line_profiler._timeline import read_totals
+        out["allocated_bytes"], out["reserved_bytes"] = read_totals("cpu", 0)
+    except Exception:
+        pass
+    try:
+        out["total_bytes"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    out["free_bytes"] = int(line.split()[1]) * 1024
+    except (OSError, ValueError, AttributeError):
+        pass
+    return out
+
+
+def _cuda_after(exc: BaseException) -> Dict[str, Any]:
+    """No observer reading: what the allocator holds now, after the unwinding."""
+    index = torch.cuda.current_device()
+    stats = torch.cuda.memory_stats(index)
+    free, total = torch.cuda.mem_get_info(index)
+    return {"device": f"cuda:{index}", "requested_bytes": None,
+            "allocated_bytes": int(stats.get("allocated_bytes.all.current", 0)),
+            "reserved_bytes": int(stats.get("reserved_bytes.all.current", 0)),
+            "free_bytes": int(free), "total_bytes": int(total),
+            "largest_free_block_bytes": None}
+
+
+# ---------------------------------------------------------------- the tensors
+
+def _assigned_line(code: types.CodeType, name: str, current: int) -> Optional[int]:
+    """The line that last stored ``name`` in ``code`` at or before ``current``."""
+    stores: List[int] = []
+    line: Optional[int] = None
+    for ins in dis.get_instructions(code):
+        positions = getattr(ins, "positions", None)
+        if positions is not None and positions.lineno:
+            line = positions.lineno
+        elif isinstance(ins.starts_line, int) and not isinstance(ins.starts_line, bool):
+            line = ins.starts_line
+        if ins.opname.startswith("STORE_") and line is not None:
+            names = ins.argval if isinstance(ins.argval, tuple) else (ins.argval,)
+            if name in names:
+                stores.append(line)
+    before = [n for n in stores if n <= current]
+    if before:
+        return max(before)
+    return max(stores) if stores else None
+
+
+def _frames(exc: BaseException) -> List[types.FrameType]:
+    """The traceback's frames outside pytorch_memlab, innermost first."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        if not os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_OWN_DIR):
+            frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames[::-1]
+
+
+def _live_tensors(exc: BaseException, device: str) -> List[Dict[str, Any]]:
+    """MemReporter's rows on ``device`` (largest first), the frames' local
+    variables named after themselves."""
+    col = _mr._Collector()
+    origin: Dict[str, str] = {}
+    try:
+        for frame in _frames(exc):
+            code = frame.f_code
+            for var, value in list(frame.f_locals.items()):
+                if _mr._is_tensor(value):
+                    names = [(var, value)]
+                elif isinstance(value, torch.nn.Module):
+                    names = [(f"{var}.{n}", p) for n, p in value.named_parameters()]
+                    names += [(f"{var}.{n}", b) for n, b in value.named_buffers()]
+                elif isinstance(value, (list, tuple)) and len(value) <= 64:
+                    names = [(f"{var}[{i}]", v) for i, v in enumerate(value) if _mr._is_tensor(v)]
+                else:
+                    continue
+                for name, tensor in names:
+                    if col.seen(tensor):
+                        continue
+                    col.add(tensor, name, "local")
+                    line = _assigned_line(code, var, frame.f_lineno)
+                    if line is not None:
+                        origin[name] = f"{os.path.basename(code.co_filename)}:{line}"
+        _mr._walk_gc(col)
+        rows = col.sorted_rows()
+    finally:
+        col.release()
+    want = torch.device(device)
+    mine = [r for r in rows if r.alias_of is None and r.bytes > 0
+            and _mr._device_matches(want, torch.device(r.device))]
+    mine.sort(key=lambda r: -r.bytes)
+    return [{"name": r.name, "kind": r.kind, "dtype": r.dtype, "shape": list(r.shape),
+             "bytes": r.bytes, "line": origin.get(r.name)} for r in mine[:TOP]]
+
+
+# ---------------------------------------------------------------- hints
+
+def _size(n: Optional[int]) -> str:
+    return "-" if n is None else _mr.readable_size(n)
+
+
+def _hints(pm: Dict[str, Any]) -> List[str]:
+    hints = []
+    requested, allocated = pm["requested_bytes"], pm["allocated_bytes"]
+    total, reserved = pm["total_bytes"], pm["reserved_bytes"]
+    where = "the machine's memory" if pm["device"] == "cpu" else f"{pm['device']}'s memory"
+    if requested is not None and total is not None and requested > total:
+        hints.append(f"The failing allocation alone ({_size(requested)}) is larger than "
+                     f"{where} ({_size(total)}): no amount of freeing makes it fit; "
+                     f"allocate less on the line that raised.")
+    elif (requested is not None and allocated is not None and reserved is not None
+          and pm["largest_free_block_bytes"] is not None
+          and reserved - allocated >= requested > pm["largest_free_block_bytes"]):
+        hints.append(f"{_size(reserved - allocated)} is reserved but unallocated, enough for "
+                     f"the request, yet no free block is large enough (largest "
+                     f"{_size(pm['largest_free_block_bytes'])}): memory is fragmented. Set "
+                     f"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.")
+    top = pm["tensors"][0] if pm["tensors"] else None
+    if top is not None and allocated and top["bytes"] * 2 >= allocated:
+        at = f", assigned at {top['line']}" if top["line"] else ""
+        hints.append(f"{top['name']} alone holds {_size(top['bytes'])} "
+                     f"({100 * top['bytes'] // allocated}% of allocated{at}): free it "
+                     f"(del {top['name']}) or make it smaller before the failing line.")
+    if not hints:
+        hints.append("Live tensors fill the memory: free those no longer needed (del), "
+                     "or use smaller batches.")
+    return hints
+
+
+# ---------------------------------------------------------------- entry points
+
+def capture(exc: BaseException) -> Optional[Dict[str, Any]]:
+    """The post-mortem of ``exc``, or None if it is no out-of-memory error.
+    Never raises: a failure to read something leaves that figure None."""
+    if not is_oom(exc):
+        return None
+    try:
+        if isinstance(exc, RuntimeError) and _CPU_OOM.search(str(exc)):
+            pm, when = _cpu_figures(exc), "after the error"
+        else:
+            event = _fresh_cuda_event(exc) if torch.cuda.is_available() else None
+            if event is not None:
+                pm, when = event, "at the failing allocation"
+                pm.pop("num_ooms", None)
+            elif torch.cuda.is_available() and torch.cuda.is_initialized():
+                pm, when = _cuda_after(exc), "after the error"
+            else:
+                pm, when = _cpu_figures(exc), "after the error"
+        pm = dict(pm)
+        pm["error"] = type(exc).__name__
+        pm["when"] = when
+        reserved, allocated = pm["reserved_bytes"], pm["allocated_bytes"]
+        pm["fragmentation_bytes"] = (None if reserved is None or allocated is None
+                                     else reserved - allocated)
+        try:
+            pm["tensors"] = _live_tensors(exc, pm["device"])
+        except Exception:
+            pm["tensors"] = []
+        pm["hints"] = _hints(pm)
+        return pm
+    except Exception:
+        return None
+
+
+def _row(label: str, value: str) -> str:
+    return f"  {label:<22}{value}"
+
+
+def _exact(n: Optional[int]) -> str:
+    return "-" if n is None else f"{_mr.readable_size(n)} ({n:,} bytes)"
+
+
+def format_postmortem(pm: Dict[str, Any], qualname: str) -> str:
+    """The text printed after the line table."""
+    out = [f"Out of memory ({pm['error']}) in {qualname} on {pm['device']}; "
+           f"figures read {pm['when']}:",
+           _row("requested", _exact(pm["requested_bytes"])),
+           _row("allocated", _exact(pm["allocated_bytes"])),
+           _row("reserved", _exact(pm["reserved_bytes"]))]
+    free = _size(pm["free_bytes"])
+    if pm["total_bytes"] is not None:
+        free += f" of {_size(pm['total_bytes'])}"
+    out.append(_row("free", free))
+    out.append(_row("fragmentation", f"reserved - allocated = {_size(pm['fragmentation_bytes'])}; "
+                                     f"largest free block {_size(pm['largest_free_block_bytes'])}"))
+    if pm["tensors"]:
+        out.append(f"  largest live tensors on {pm['device']}:")
+        width = max(len(t["name"]) for t in pm["tensors"]) + 2
+        for t in pm["tensors"]:
+            shape = str(tuple(t["shape"]))
+            line = f"assigned at {t['line']}" if t["line"] else ""
+            out.append(f"    {t['name']:<{width}}{t['dtype']:<10}{shape:>16}{_size(t['bytes']):>14}"
+                       f"  {line}".rstrip())
+    else:
+        out.append(f"  no live tensor found on {pm['device']}")
+    out += [f"  hint: {h}" for h in pm["hints"]]
+    return "\n".join(out)
+
+
+def attach(records: List[Any], found: Optional[Tuple[types.CodeType, Dict[str, Any]]]) -> List[Any]:
+    """Put the post-mortem on the records of the function it belongs to."""
+    if found is not None:
+        code, pm = found
+        for record in records:
+            if (record["filename"] == code.co_filename
+                    and record["first_line"] == code.co_firstlineno):
+                record["postmortem"] = pm
+    return records
+
+
+def innermost(exc: BaseException, codes: Any) -> Optional[types.CodeType]:
+    """The innermost profiled code object ``exc`` passed through."""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code in codes:
+            found = tb.tb_frame.f_code
+        tb = tb.tb_next
+    return found
