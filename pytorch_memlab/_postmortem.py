@@ -109,8 +109,11 @@ def _fresh_cuda_event(exc: BaseException) -> Optional[Dict[str, Any]]:
 # ---------------------------------------------------------------- the figures
 
 def is_oom(exc: BaseException) -> bool:
+    """An allocator's failure: CUDA's OutOfMemoryError ("... Tried to allocate
+    ...") or the CPU allocator's RuntimeError.  An OutOfMemoryError raised by
+    hand, without an allocation, gets no post-mortem."""
     if isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
-        return True
+        return "Tried to allocate" in str(exc)
     return isinstance(exc, RuntimeError) and _CPU_OOM.search(str(exc)) is not None
 
 

@@ -45,7 +45,9 @@ def test_cpu_allocation_failure_is_a_runtime_error():
         torch.empty(TOO_MUCH, dtype=torch.uint8)
     assert _postmortem.is_oom(info.value)
     assert not _postmortem.is_oom(RuntimeError("shape mismatch"))
-    assert _postmortem.is_oom(torch.OutOfMemoryError("CUDA out of memory."))
+    assert _postmortem.is_oom(torch.OutOfMemoryError(
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of ..."))
+    assert not _postmortem.is_oom(torch.OutOfMemoryError("CUDA out of memory (pretend)"))
 
 
 def test_postmortem_figures_are_exact():
