@@ -171,7 +171,11 @@ def split_blocks(segments: List[Dict[str, Any]], device: str, storage_ptrs: List
     for segment in segments:
         if int(segment.get("device", 0)) != index:
             continue
+        address = int(segment.get("address", 0))
         for block in segment.get("blocks", ()):
+            # blocks tile their segment in address order; older torch may omit "address"
+            block = dict(block, address=int(block.get("address", address)))
+            address = block["address"] + int(block["size"])
             if block.get("state") in ("active_allocated", "active_awaiting_free"):
                 mine.append((block, segment))
     mine.sort(key=lambda pair: int(pair[0]["address"]))

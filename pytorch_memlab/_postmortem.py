@@ -16,6 +16,9 @@ prints after the line table (``format_postmortem``)::
      "tensors": [{"name", "kind", "dtype", "shape", "bytes", "line"}, ...],   # top 10
      "hints": ["..."]}
 
+On CUDA, ``requested_bytes`` is what the allocator tried to reserve for the
+request: the request rounded up as the caching allocator does (to 2 MiB for
+large requests; a small one asks for a whole 2 MiB or 20 MiB segment).
 CUDA figures come from the caching allocator's out-of-memory observer
 (``torch._C._cuda_attach_out_of_memory_observer``), which runs inside the
 failing allocation, before any frame unwinds.  A CPU allocation failure
@@ -84,10 +87,13 @@ def watch_cuda() -> None:
         if _watching:
             return
         _watching = True
-        if torch.cuda.is_initialized():
-            _attach()
-        else:
-            torch.cuda._lazy_call(_attach)   # device allocators exist only after init
+        try:
+            if torch.cuda.is_initialized():
+                _attach()
+            else:
+                torch.cuda._lazy_call(_attach)   # device allocators exist only after init
+        except Exception:   # no observer: the figures are read after the error instead
+            pass
 
 
 def _fresh_cuda_event(exc: BaseException) -> Optional[Dict[str, Any]]:

@@ -390,7 +390,8 @@ def test_cuda_allocator_total_is_reported():
         assert total.block_bytes - before.block_bytes == 4096 + 512
     else:
         assert total.allocator_bytes == total.block_bytes == 4096 + 512
-        assert total.note.startswith("Matches the allocator")
+        assert total.note.startswith("Every allocated block is accounted for")
+    assert total.block_bytes + total.other_block_bytes == total.allocator_bytes
     assert "(torch.cuda.memory_allocated)" in str(result)
     del a, b, view
 
