@@ -27,6 +27,7 @@ report holds no tensor: strong references live only while ``report()`` runs.
 """
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import sys
@@ -575,14 +576,14 @@ def _split_blocks(col: _Collector, want: Optional[torch.device],
             return {ptr: name for (dev, ptr), name in graph[0].items() if dev == device}
         return get
 
-    out = {}
+    out: Dict[str, DeviceBlocks] = {}
     for device in sorted(devices):
         if want is not None and not _device_matches(want, torch.device(device)):
             continue
         index = torch.device(device).index or 0
         out[device] = _blocks.split_blocks(segments, device, ptrs.get(device, []),
                                            graph_of(device),
-                                           lambda i=index: _blocks.workspace_labels(i))
+                                           functools.partial(_blocks.workspace_labels, index))
     return out
 
 
