@@ -2,6 +2,7 @@
 larger than any machine, 2**62 bytes) escapes a profiled function; the
 post-mortem's figures are checked against the allocator's own counts."""
 import json
+import re
 
 import pytest
 from helpers import line_of, run_script  # noqa: E402
@@ -62,9 +63,10 @@ def test_postmortem_figures_are_exact():
     assert pm["fragmentation_bytes"] == 0
     assert pm["total_bytes"] > 0 and 0 < pm["free_bytes"] <= pm["total_bytes"]
     big_line = line_of(step, "big = torch.empty")
-    assert pm["tensors"][0] == {"name": "big", "kind": "local", "dtype": "uint8",
-                                "shape": [BIG], "bytes": BIG,
-                                "line": f"test_postmortem.py:{big_line}"}
+    # other tests of this process may leave larger tensors alive: look big up by name
+    big = next(t for t in pm["tensors"] if t["name"] == "big")
+    assert big == {"name": "big", "kind": "local", "dtype": "uint8", "shape": [BIG],
+                   "bytes": BIG, "line": f"test_postmortem.py:{big_line}"}
     small = next(t for t in pm["tensors"] if t["name"] == "small")
     assert small["bytes"] == 1024 and small["dtype"] == "float32"
     assert pm["hints"][0].startswith("The failing allocation alone (4194304.00 TiB) is larger "
@@ -83,7 +85,8 @@ def test_postmortem_is_printed_after_the_table():
     assert f"requested             4194304.00 TiB ({TOO_MUCH:,} bytes)" in after
     assert "  allocated             " in after and f"({active:,} bytes)" in after
     assert "largest live tensors on cpu:" in after
-    assert "    big    uint8" in after and "4.00 MiB  assigned at test_postmortem.py:" in after
+    assert re.search(r"\n    big +uint8 +\(4194304,\) +4\.00 MiB  assigned at "
+                     r"test_postmortem\.py:\d+\n", after)
     assert "  hint: The failing allocation alone (4194304.00 TiB) is larger than" in after
     assert "<pre>Out of memory (RuntimeError) in step on cpu" in prof.display()._repr_html_()
     del exc
@@ -97,7 +100,7 @@ def test_postmortem_in_json_round_trip(tmp_path):
     data = json.loads((tmp_path / "oom.json").read_text())
     (record,) = data["functions"]
     assert record["postmortem"]["requested_bytes"] == TOO_MUCH
-    assert record["postmortem"]["tensors"][0]["name"] == "big"
+    assert "big" in [t["name"] for t in record["postmortem"]["tensors"]]
     saved = load(tmp_path / "oom.json")
     assert saved.stats()[0]["postmortem"] == record["postmortem"]
     assert repr(saved) == repr(prof.display())
