@@ -586,8 +586,8 @@ def test_workspace_sizes_follow_the_environment(monkeypatch):
     assert _blocks._env_cublaslt_size() == 2 << 20
 
 
-@cuda
-def test_cuda_mlp_after_adam_every_block_accounted():
+def _mlp_after_adam_step():
+    """The issue's case: a 2-layer MLP after one Adam step, a new forward's loss."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024)).cuda()
     opt = torch.optim.Adam(model.parameters())
@@ -597,16 +597,28 @@ def test_cuda_mlp_after_adam_every_block_accounted():
     loss = model(x).pow(2).mean()
     reporter = MemReporter(model)
     reporter.add_optimizer(opt)
-    result = reporter.report(outputs=loss, device="cuda:0")
+    result = reporter.report(outputs=loss, device="cuda:0")   # printed: pytest -s shows it
+    return result, torch.cuda.memory_allocated(0), (model, opt, x, loss)
+
+
+@cuda
+def test_cuda_mlp_after_adam_every_block_accounted():
+    result, allocated, _ = _mlp_after_adam_step()
     total = _cuda_total(result)
-    allocated = torch.cuda.memory_allocated(0)
     assert total.allocator_bytes == allocated
     unexplained = allocated - total.block_bytes - total.other_block_bytes
     assert unexplained == 0, unexplained
     assert sum(b.size for b in result.blocks if b.counted) == total.other_block_bytes
-    # what is not a tensor is labelled (cuBLAS workspaces) or at most 1% of the device
-    unlabelled = sum(b.size for b in result.blocks if b.counted and b.label is None)
-    assert unlabelled <= allocated // 100, [b for b in result.blocks if b.label is None]
+    assert total.note.startswith("Every allocated block is accounted for")
+
+
+@cuda
+def test_cuda_mlp_leftover_blocks_are_labelled():
+    # beyond the issue's criterion: what no tensor holds is labelled (the cuBLAS
+    # workspaces of the forward and the backward thread), or at most 1% of the device
+    result, allocated, _ = _mlp_after_adam_step()
+    unlabelled = [b for b in result.blocks if b.counted and b.label is None]
+    assert sum(b.size for b in unlabelled) <= allocated // 100, unlabelled
 
 
 @cuda
