@@ -221,6 +221,7 @@ def _block_lines(report: MemReport, total: DeviceTotal, rule: str) -> List[str]:
     lines = []
     mine = [b for b in report.blocks if b.device == total.device]
     if mine:
+        lines.append(rule)
         lines.append(f"Allocator blocks not held by a visible tensor on {total.device}")
         lines.append("{:>6}  {:>12}  {:<14}  {}".format("Blocks", "Size each", "Stream", "What"))
         for count, b in _blocks.grouped(mine):
