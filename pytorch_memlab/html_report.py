@@ -19,6 +19,7 @@ from typing import Any, Sequence, Union
 
 from .line_profiler._export import SavedProfile, check_data, load
 from .line_profiler._html import COLORS
+from ._postmortem import format_postmortem
 from .line_profiler._sections import Section, cell, count_cell, idle_note, raised_note, \
     sections, title
 from .line_profiler._units import readable_size
@@ -154,11 +155,13 @@ def _section(section: Section, scales: dict[tuple[str, str], int]) -> str:
         attr = f' class="{cls}"' if cls else ""
         rows.append(f'<tr data-line="{first["lineno"]}"{attr}>{"".join(tds)}</tr>')
     where = f"{section.filename}:{section.first_line}"
+    pm = section.postmortem
+    after = "" if pm is None else f"<pre>{html.escape(format_postmortem(pm, section.qualname))}</pre>"
     return (f"<section><h2>{html.escape(section.qualname)}</h2>"
             f'<p class="where">{html.escape(where)}</p>'
             f'<table class="prof"><thead><tr>{groups}<th colspan="3"></th></tr>'
             f"<tr>{''.join(heads)}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-            "</section>")
+            f"{after}</section>")
 
 
 def _timeline_svg(device: str, rows: Sequence[dict[str, Any]]) -> str:

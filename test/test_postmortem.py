@@ -104,6 +104,9 @@ def test_postmortem_in_json_round_trip(tmp_path):
     saved = load(tmp_path / "oom.json")
     assert saved.stats()[0]["postmortem"] == record["postmortem"]
     assert repr(saved) == repr(prof.display())
+    from pytorch_memlab.html_report import write_report
+    write_report(saved, tmp_path / "oom.html")
+    assert "<pre>Out of memory (RuntimeError) in step on cpu" in (tmp_path / "oom.html").read_text()
     prof.clear()
     assert "postmortem" not in prof.stats()[0]
 
