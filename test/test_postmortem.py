@@ -185,3 +185,41 @@ def test_cuda_oom_names_the_big_tensor():
     assert pm["tensors"][0]["name"] == "big" and pm["tensors"][0]["bytes"] == 4 << 30
     assert pm["tensors"][0]["line"] == f"test_postmortem.py:{line_of(grow, 'big = torch')}"
     assert "is larger than cuda:0's memory" in pm["hints"][0]
+
+
+@cuda
+def test_cuda_fragmentation_hint():
+    # 6 MiB tensors come three to a 20 MiB segment; keeping the middle one of each
+    # three leaves 6 and 8 MiB holes everywhere: 9 MiB fits in the reserved-but-free
+    # memory but in no single hole, and the device (capped here) has no room left
+    MiB = 1 << 20
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved(0) + (1 << 30)) / total, 0)
+    try:
+        filled = []
+        try:
+            while True:
+                filled.append(torch.empty(6 * MiB, dtype=torch.uint8, device="cuda"))
+        except torch.OutOfMemoryError:
+            pass
+        kept = filled[1::3]
+        del filled
+
+        def needs_a_hole():
+            hole = torch.empty(9 * MiB, dtype=torch.uint8, device="cuda")
+            return hole
+
+        prof = LineProfiler(needs_a_hole, device="cuda:0")
+        with pytest.raises(torch.OutOfMemoryError):
+            with prof:
+                needs_a_hole()
+        pm = prof.stats()[0]["postmortem"]
+        print("\n" + repr(prof.display()))
+        assert pm["when"] == "at the failing allocation"
+        assert pm["largest_free_block_bytes"] < pm["requested_bytes"] <= pm["fragmentation_bytes"]
+        assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in pm["hints"][0]
+        del kept
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, 0)
+        torch.cuda.empty_cache()
