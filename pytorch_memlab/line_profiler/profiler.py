@@ -214,11 +214,11 @@ class LineProfiler:
         for an out-of-memory error, also keep its post-mortem (``_postmortem``),
         read now, while the traceback's frames still hold the tensors."""
         codes = {code for entry in self._entries for code in entry.codes}
-        code = _postmortem.innermost(exc, codes)
-        if code is not None:
+        failed_in = _postmortem.innermost(exc, codes)
+        if failed_in is not None:
             found = _postmortem.capture(exc)
             if found is not None:
-                self._postmortem = (code, found)
+                self._postmortem = (failed_in, found)
         tb = exc.__traceback__
         while tb is not None:
             code = tb.tb_frame.f_code
