@@ -223,3 +223,20 @@ def test_cuda_fragmentation_hint():
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0, 0)
         torch.cuda.empty_cache()
+
+
+def test_run_command_prints_and_saves_the_postmortem(tmp_path):
+    import subprocess
+    import sys
+    script = tmp_path / "prog.py"
+    script.write_text("import torch\n\ndef work():\n    cache = torch.zeros(1 << 20)\n"
+                      "    return torch.empty(1 << 62, dtype=torch.uint8), cache\n\nwork()\n")
+    proc = subprocess.run([sys.executable, "-m", "pytorch_memlab", "run", "-d", "cpu",
+                           "-o", str(tmp_path / "out.json"), str(script)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert "Out of memory (RuntimeError) in work on cpu" in proc.stdout
+    pm = json.loads((tmp_path / "out.json").read_text())["functions"][0]["postmortem"]
+    assert pm["requested_bytes"] == TOO_MUCH
+    assert pm["tensors"][0] == {"name": "cache", "kind": "local", "dtype": "float32",
+                                "shape": [1 << 20], "bytes": 4 << 20, "line": "prog.py:4"}
