@@ -1,0 +1,278 @@
+"""The pytest plugin (pytorch_memlab.pytest_plugin), run through pytester on
+real CPU tensors: budgets, the line table in the failure, --memlab, the leak
+check, xdist, bad input, and that it costs nothing when unused."""
+import os
+import re
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from pytorch_memlab.pytest_plugin._sizes import parse_size
+
+pytest_plugins = ["pytester"]
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parent.parent
+MODULE = "pytorch_memlab.pytest_plugin"
+MiB = 1024 * 1024
+
+
+def _entry_point_installed() -> bool:
+    return any(ep.value == MODULE for ep in metadata.entry_points(group="pytest11"))
+
+
+# Installed (make check: pip install -e .), the entry point loads the plugin;
+# from a bare checkout on PYTHONPATH it has to be named.
+PLUGIN = [] if _entry_point_installed() else ["-p", MODULE]
+
+
+@pytest.fixture
+def run(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+
+    def go(*args):
+        # in-process, the plugin module is imported already: nothing to rewrite
+        return pytester.runpytest(*PLUGIN, "-p", "no:cacheprovider",
+                                  "-W", "ignore::pytest.PytestAssertRewriteWarning", *args)
+    return go
+
+
+BUDGETS = '''
+import pytest, torch
+
+@pytest.fixture
+def held():
+    return torch.empty(5 * 262144)           # 5 MiB live before the test starts
+
+def helper(n):
+    t = torch.empty(n)
+    return t
+
+@pytest.mark.memlab_limit("3 MiB", device="cpu")
+def test_exactly_at_budget(held):
+    x = torch.empty(262144)                  # 1 MiB
+    y = torch.empty(524288)                  # 2 MiB: peak 3 MiB above held
+    del x, y
+
+@pytest.mark.memlab_limit(3 * 1024 * 1024 - 1, device="cpu")
+def test_one_byte_over(held):
+    x = torch.empty(262144)
+    y = helper(524288)
+    del x, y
+'''
+
+
+def test_budget_passes_at_and_fails_over_exact_bytes(run, pytester):
+    pytester.makepyfile(test_budgets=BUDGETS)
+    result = run("-q")
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert ("memlab_limit: the test's peak on cpu was 3.00 MiB (3,145,728 bytes), over its "
+            "budget of 3145727 B; that is live tensor memory above the 5.00 MiB "
+            "(5,242,880 bytes) already live when the test started") in out
+    assert "test_exactly_at_budget" not in out.split("FAILURES")[1]
+
+
+def test_failure_shows_the_table_with_the_peak_line_and_the_helper(run, pytester):
+    pytester.makepyfile(test_budgets=BUDGETS)
+    out = run("-q", "-k", "over").stdout.str()
+    # the test's own table, the peak reached on the line calling helper
+    assert re.search(r"^## test_one_byte_over$", out, re.M)
+    assert re.search(r"^ +8\.00M +8\.00M +2\.00M +1 +20 +y = helper\(524288\)   <-- peak$",
+                     out, re.M), out
+    assert re.search(r"^ +6\.00M +6\.00M +1\.00M +1 +19 +x = torch.empty\(262144\)$", out, re.M)
+    # and helper's, where the peak was reached
+    assert re.search(r"^## helper$", out, re.M)
+    assert re.search(r"^ +8\.00M +8\.00M +2\.00M +1 +8 +t = torch.empty\(n\)"
+                     r"   <-- peak \(inside this call\)$", out, re.M), out
+
+
+def test_memlab_lists_the_highest_peaks_like_durations(run, pytester):
+    pytester.makepyfile(test_many='''
+        import torch
+
+        def test_one_mib():
+            x = torch.empty(262144)
+
+        def test_three_mib():
+            x = torch.empty(262144)
+            y = torch.empty(524288)
+
+        def test_none():
+            pass
+    ''')
+    result = run("-q", "--memlab", "--memlab-top", "2")
+    result.assert_outcomes(passed=3)
+    lines = result.stdout.lines
+    start = next(i for i, line in enumerate(lines) if "memlab: 2 highest peaks" in line)
+    assert [line.split() for line in lines[start + 1:start + 3]] == [
+        ["3.00M", "cpu", "test_many.py::test_three_mib"],
+        ["1.00M", "cpu", "test_many.py::test_one_mib"]]
+    assert "test_none" not in result.stdout.str()
+
+
+def test_memlab_html_writes_failed_and_top_tests(run, pytester, tmp_path):
+    pytester.makepyfile(test_budgets=BUDGETS)
+    out_dir = tmp_path / "reports"
+    run("-q", "--memlab-html", str(out_dir), "--memlab-top", "1")
+    names = sorted(p.name for p in out_dir.iterdir())
+    # the failure, and the top test (the same one: 8 MiB with the helper... above held: 3)
+    assert "test_budgets.py_test_one_byte_over.html" in names
+    page = (out_dir / "test_budgets.py_test_one_byte_over.html").read_text()
+    assert "<h2>test_one_byte_over</h2>" in page and "<h2>helper</h2>" in page
+    assert page.count("<!DOCTYPE html>") == 1
+
+
+LEAK = '''
+import pytest, torch
+
+kept = []
+
+@pytest.mark.memlab_no_growth(device="cpu")
+def test_leaks():
+    scratch = torch.empty(1024)              # a local: freed when the test returns
+    kept.append(torch.empty(262144))         # 1 MiB that outlives the test
+
+@pytest.mark.memlab_no_growth(device="cpu", tolerance="1 MiB")
+def test_within_tolerance():
+    kept.append(torch.empty(262144))
+
+@pytest.mark.memlab_no_growth(device="cpu")
+def test_cycle_is_collected():
+    a = [torch.empty(262144)]
+    a.append(a)                              # garbage only gc.collect() frees
+'''
+
+
+def test_no_growth_names_the_line_that_holds_memory(run, pytester):
+    pytester.makepyfile(test_leak=LEAK)
+    result = run("-q")
+    result.assert_outcomes(passed=2, failed=1)
+    out = result.stdout.str()
+    assert ("memlab_no_growth: 1.00 MiB (1,048,576 bytes) of tensors on cpu were still alive "
+            "after the test returned (and gc.collect()), over the tolerance of 0 B") in out
+    listed = [line for line in result.stdout.lines if line.startswith("  test_leak.py:")]
+    assert listed[0].startswith("  test_leak.py:8 (test_leaks)  +1.00M  kept.append(")
+    assert listed[1].startswith("  test_leak.py:7 (test_leaks)  +4.00K  scratch = ")
+    assert len(listed) == 2
+
+
+def test_xdist_two_workers_one_summary(run, pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_budgets=BUDGETS, test_leak=LEAK)
+    result = run("-n", "2", "--memlab", "--memlab-top", "0")
+    result.assert_outcomes(passed=3, failed=2)
+    out = result.stdout.str()
+    assert out.count("memlab: all peaks") == 1
+    assert "memlab_limit: the test's peak on cpu was 3.00 MiB (3,145,728 bytes)" in out
+    assert "memlab_no_growth: 1.00 MiB (1,048,576 bytes)" in out
+    rows = {line.split()[-1]: line.split()[0] for line in result.stdout.lines
+            if re.match(r"^ +[\d.]+[BKMG] +cpu +test_", line)}
+    assert rows == {"test_budgets.py::test_exactly_at_budget": "3.00M",
+                    "test_budgets.py::test_one_byte_over": "3.00M",
+                    "test_leak.py::test_leaks": "1.00M",
+                    "test_leak.py::test_within_tolerance": "1.00M",
+                    "test_leak.py::test_cycle_is_collected": "1.00M"}
+
+
+@pytest.mark.parametrize("budget, message", [
+    ('"64 MX"', "unknown unit 'MX' in '64 MX'"),
+    ('"64"', "'64' is not a size"),
+    ("-1", "-1 is negative"),
+    ("True", "not bool True"),
+    ('"1.5 B"', "'1.5 B' is not a whole number of bytes"),
+])
+def test_bad_budget_is_an_error_naming_the_accepted_forms(run, pytester, budget, message):
+    pytester.makepyfile(test_bad=f'''
+        import pytest
+
+        @pytest.mark.memlab_limit({budget}, device="cpu")
+        def test_it():
+            pass
+    ''')
+    result = run("-q")
+    result.assert_outcomes(errors=1)
+    out = result.stdout.str()
+    assert "test_bad.py::test_it: @pytest.mark.memlab_limit budget: " in out
+    assert message in out
+    if "whole number" not in message:
+        assert "'64 KB', '64 KiB'" in out and "KB/MB/GB = 1000**n bytes" in out
+    assert "During handling" not in out
+
+
+def test_bad_marker_arguments(run, pytester):
+    pytester.makepyfile(test_bad='''
+        import pytest
+
+        @pytest.mark.memlab_limit("1 MiB", device="gpu")
+        def test_device():
+            pass
+
+        @pytest.mark.memlab_no_growth("1 MiB")
+        def test_positional():
+            pass
+    ''')
+    result = run("-q")
+    result.assert_outcomes(errors=2)
+    out = result.stdout.str()
+    assert "device='gpu'; expected 'cpu', 'cuda' or 'cuda:N'" in out
+    assert "@pytest.mark.memlab_no_growth takes only the keywords device=, tolerance=" in out
+
+
+def test_sizes():
+    assert parse_size("64 KB", "x") == 64_000
+    assert parse_size("64 KiB", "x") == 65_536
+    assert parse_size("1.5MB", "x") == 1_500_000
+    assert parse_size("1.5 mib", "x") == 1_572_864
+    assert parse_size("2 GB", "x") == 2_000_000_000
+    assert parse_size("2 GiB", "x") == 2 * 1024 ** 3
+    assert parse_size(" 512 B ", "x") == 512
+    assert parse_size(4096, "x") == 4096
+    with pytest.raises(TypeError, match="x: expected"):
+        parse_size(1.5, "x")
+
+
+MISSING = '''
+import pytest
+
+@pytest.mark.memlab_limit("1 MiB", device="cuda:64")
+def test_on_gpu_64():
+    pass
+'''
+
+
+def test_missing_cuda_device_skips_by_default(run, pytester):
+    pytester.makepyfile(test_gpu=MISSING)
+    result = run("-q", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_gpu.py:*: memlab: device='cuda:64' but *"])
+
+
+@pytest.mark.parametrize("how", ["option", "ini"])
+def test_missing_cuda_device_fails_when_asked(run, pytester, how):
+    pytester.makepyfile(test_gpu=MISSING)
+    if how == "ini":
+        pytester.makeini("[pytest]\nmemlab_missing_cuda = fail\n")
+        result = run("-q")
+    else:
+        result = run("-q", "--memlab-missing-cuda=fail")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*test_gpu.py::test_on_gpu_64: memlab: device='cuda:64' but *"
+                                 "(memlab_missing_cuda = fail)"])
+
+
+def test_unused_plugin_imports_no_torch_and_adds_no_hooks(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    pytester.makepyfile(test_plain='''
+        import sys
+
+        def test_nothing_loaded(request):
+            assert "torch" not in sys.modules
+            assert not request.config.pluginmanager.has_plugin("memlab-runtime")
+            assert request.config.pluginmanager.has_plugin("''' + ("memlab" if not PLUGIN else MODULE) + '''")
+    ''')
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=1)
