@@ -81,11 +81,17 @@ def growth_failure(request: Request, result: DeviceResult) -> str:
     head = (f"{NO_GROWTH}: {describe(result.growth)} of tensors on {result.device} were "
             f"still alive after the test returned (and gc.collect()), over the tolerance of "
             f"{_size(request)}")
-    rows = [text for growth, text in _growth_lines(result.test_records + result.callee_records)
-            if growth > 0]
-    if rows:
+    grown = [(g, text) for g, text in _growth_lines(result.test_records + result.callee_records)
+             if g > 0]
+    # A line that grew by more than is still alive was at least partly freed
+    # since (a local freed at return, say): list it apart.
+    holding = [text for g, text in grown if g <= result.growth]
+    partly = [text for g, text in grown if g > result.growth]
+    if holding:
         head += ("\nlines whose net growth holds them (bytes a line allocated and had not "
-                 "freed when it ended, largest first; what a function's locals held is "
-                 "freed when it returns):\n" + "\n".join(rows))
+                 "freed when it ended), largest first:\n" + "\n".join(holding))
+    if partly:
+        head += ("\nlines that grew by more than is still alive (so partly freed since, "
+                 "e.g. locals freed when the test returned):\n" + "\n".join(partly))
     tables = [marked_table(r, {}) for r in result.test_records + result.callee_records]
     return head + "\n\n" + "\n".join(tables)
