@@ -107,7 +107,7 @@ def test_memlab_lists_the_highest_peaks_like_durations(run, pytester):
     result = run("-q", "--memlab", "--memlab-top", "2")
     result.assert_outcomes(passed=3)
     lines = result.stdout.lines
-    start = next(i for i, line in enumerate(lines) if "memlab: 2 highest peaks" in line)
+    start = next(i for i, line in enumerate(lines) if "memlab: peak live tensor memory, top 2 tests" in line)
     assert [line.split() for line in lines[start + 1:start + 3]] == [
         ["3.00M", "cpu", "test_many.py::test_three_mib"],
         ["1.00M", "cpu", "test_many.py::test_one_mib"]]
@@ -170,7 +170,7 @@ def test_xdist_two_workers_one_summary(run, pytester):
     result = run("-n", "2", "--memlab", "--memlab-top", "0")
     result.assert_outcomes(passed=3, failed=2)
     out = result.stdout.str()
-    assert out.count("memlab: all peaks") == 1
+    assert out.count("memlab: peak live tensor memory, all tests") == 1
     assert "memlab_limit: the test's peak on cpu was 3.00 MiB (3,145,728 bytes)" in out
     assert "memlab_no_growth: 1.00 MiB (1,048,576 bytes)" in out
     rows = {line.split()[-1]: line.split()[0] for line in result.stdout.lines
@@ -280,3 +280,31 @@ def test_unused_plugin_imports_no_torch_and_adds_no_hooks(pytester, monkeypatch)
     ''')
     result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=1)
+
+
+def _readme_blocks():
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Memory budgets in pytest"):]
+    section = section[:section.index("\n## MemReporter")]
+    return re.findall(r"^```(\w*)\n(.*?)^```\n", section, re.S | re.M)
+
+
+def _without_timing(lines):
+    return [re.sub(r" in [\d.]+s$", "", line.rstrip()) for line in lines]
+
+
+def test_readme_failure_output_is_what_pytest_prints(run, pytester):
+    """README's "Memory budgets in pytest" shows a run as printed: run it again."""
+    torch = pytest.importorskip("torch")
+    blocks = _readme_blocks()
+    source = next(code for lang, code in blocks if code.startswith("# test_attention.py"))
+    failure, summary = [code for lang, code in blocks if lang == "text"]
+    pytester.makepyfile(test_attention=source)
+    result = run("-q")
+    result.assert_outcomes(passed=1, failed=1)
+    if not torch.__version__.startswith("2.13.") or torch.cuda.is_available():
+        return                              # the README shows torch 2.13 on CPU
+    assert _without_timing(result.stdout.lines) == _without_timing(failure.splitlines())
+    shown = run("-q", "--memlab").stdout.lines
+    start = shown.index(summary.splitlines()[0])
+    assert shown[start:start + 3] == summary.splitlines()

@@ -201,8 +201,9 @@ class MemlabRuntime:
             return
         from ..line_profiler._units import readable_size
         rows = self._ranked()
-        what = "all" if self.top <= 0 else f"{len(rows)} highest"
-        terminalreporter.write_sep("=", f"memlab: {what} peaks of live tensor memory per test")
+        what = "all tests" if self.top <= 0 else \
+            f"top {len(rows)} test{'' if len(rows) == 1 else 's'}"
+        terminalreporter.write_sep("=", f"memlab: peak live tensor memory, {what}")
         if not rows:
             terminalreporter.write_line("(no test was profiled)")
         for nodeid, peak, device in rows:
