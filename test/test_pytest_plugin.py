@@ -33,7 +33,9 @@ def run(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
 
-    def go(*args):
+    def go(*args, subprocess=False):
+        if subprocess:      # a fresh process: nothing live from earlier tests
+            return pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", *args)
         # in-process, the plugin module is imported already: nothing to rewrite
         return pytester.runpytest(*PLUGIN, "-p", "no:cacheprovider",
                                   "-W", "ignore::pytest.PytestAssertRewriteWarning", *args)
@@ -67,7 +69,7 @@ def test_one_byte_over(held):
 
 def test_budget_passes_at_and_fails_over_exact_bytes(run, pytester):
     pytester.makepyfile(test_budgets=BUDGETS)
-    result = run("-q")
+    result = run("-q", subprocess=True)     # the baseline is exactly the fixture's
     result.assert_outcomes(passed=1, failed=1)
     out = result.stdout.str()
     assert ("memlab_limit: the test's peak on cpu was 3.00 MiB (3,145,728 bytes), over its "
@@ -300,11 +302,11 @@ def test_readme_failure_output_is_what_pytest_prints(run, pytester):
     source = next(code for lang, code in blocks if code.startswith("# test_attention.py"))
     failure, summary = [code for lang, code in blocks if lang == "text"]
     pytester.makepyfile(test_attention=source)
-    result = run("-q")
+    result = run("-q", subprocess=True)
     result.assert_outcomes(passed=1, failed=1)
     if not torch.__version__.startswith("2.13.") or torch.cuda.is_available():
         return                              # the README shows torch 2.13 on CPU
     assert _without_timing(result.stdout.lines) == _without_timing(failure.splitlines())
-    shown = run("-q", "--memlab").stdout.lines
+    shown = run("-q", "--memlab", subprocess=True).stdout.lines
     start = shown.index(summary.splitlines()[0])
     assert shown[start:start + 3] == summary.splitlines()
