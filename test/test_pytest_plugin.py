@@ -53,23 +53,26 @@ def helper(n):
     t = torch.empty(n)
     return t
 
-@pytest.mark.memlab_limit("3 MiB", device="cpu")
-def test_exactly_at_budget(held):
-    x = torch.empty(262144)                  # 1 MiB
-    y = torch.empty(524288)                  # 2 MiB: peak 3 MiB above held
-    del x, y
-
 @pytest.mark.memlab_limit(3 * 1024 * 1024 - 1, device="cpu")
 def test_one_byte_over(held):
     x = torch.empty(262144)
     y = helper(524288)
+    del x, y
+
+
+@pytest.mark.memlab_limit("3 MiB", device="cpu")
+def test_exactly_at_budget(held):
+    x = torch.empty(262144)                  # 1 MiB
+    y = torch.empty(524288)                  # 2 MiB: peak 3 MiB above held
     del x, y
 '''
 
 
 def test_budget_passes_at_and_fails_over_exact_bytes(run, pytester):
     pytester.makepyfile(test_budgets=BUDGETS)
-    result = run("-q", subprocess=True)     # the baseline is exactly the fixture's
+    # a fresh process, the failing test first: the fixture's 5 MiB, allocated
+    # before the test's first profiled line, must count as live at its start
+    result = run("-q", subprocess=True)
     result.assert_outcomes(passed=1, failed=1)
     out = result.stdout.str()
     assert ("memlab_limit: the test's peak on cpu was 3.00 MiB (3,145,728 bytes), over its "
@@ -83,9 +86,9 @@ def test_failure_shows_the_table_with_the_peak_line_and_the_helper(run, pytester
     out = run("-q", "-k", "over").stdout.str()
     # the test's own table, the peak reached on the line calling helper
     assert re.search(r"^## test_one_byte_over$", out, re.M)
-    assert re.search(r"^ +8\.00M +8\.00M +2\.00M +1 +20 +y = helper\(524288\)   <-- peak$",
+    assert re.search(r"^ +8\.00M +8\.00M +2\.00M +1 +14 +y = helper\(524288\)   <-- peak$",
                      out, re.M), out
-    assert re.search(r"^ +6\.00M +6\.00M +1\.00M +1 +19 +x = torch.empty\(262144\)$", out, re.M)
+    assert re.search(r"^ +6\.00M +6\.00M +1\.00M +1 +13 +x = torch.empty\(262144\)$", out, re.M)
     # and helper's, where the peak was reached
     assert re.search(r"^## helper$", out, re.M)
     assert re.search(r"^ +8\.00M +8\.00M +2\.00M +1 +8 +t = torch.empty\(n\)"

@@ -80,10 +80,13 @@ class MemlabRuntime:
             requests.append(Request("profile", self.device))
         if not requests:
             return
-        from ._measure import resolve_device
+        from ._measure import count_cpu_from_now, resolve_device
         self._check_cuda(item, requests)
-        self.plans[item.nodeid] = Plan([(r, resolve_device(r.device)) for r in requests],
-                                       callees=any(r.kind != "profile" for r in requests))
+        plan = Plan([(r, resolve_device(r.device)) for r in requests],
+                    callees=any(r.kind != "profile" for r in requests))
+        if any(device == "cpu" for _, device in plan.requests):
+            count_cpu_from_now()
+        self.plans[item.nodeid] = plan
 
     def _check_cuda(self, item: pytest.Item, requests: list[Request]) -> None:
         wanted = [r.device for r in requests if r.device and r.device.startswith("cuda")]
