@@ -119,15 +119,21 @@ def test_memlab_lists_the_highest_peaks_like_durations(run, pytester):
     assert "test_none" not in result.stdout.str()
 
 
-def test_memlab_html_writes_failed_and_top_tests(run, pytester, tmp_path):
-    pytester.makepyfile(test_budgets=BUDGETS)
-    out_dir = tmp_path / "reports"
-    run("-q", "--memlab-html", str(out_dir), "--memlab-top", "1")
-    names = sorted(p.name for p in out_dir.iterdir())
-    # the failure, and the top test (the same one: 8 MiB with the helper... above held: 3)
-    assert "test_budgets.py_test_one_byte_over.html" in names
+def test_memlab_html_writes_failed_and_top_tests(run, pytester):
+    pytester.makepyfile(test_budgets=BUDGETS, test_small="""
+        import torch
+
+        def test_small():
+            x = torch.empty(1024)
+    """)
+    out_dir = pytester.path / "reports"
+    run("-q", f"--memlab-html={out_dir}", "--memlab-top", "2")
+    # the failed test, and the top 2 (both budget tests: 3 MiB each); not test_small
+    assert sorted(p.name for p in out_dir.iterdir()) == [
+        "test_budgets.py_test_exactly_at_budget.html", "test_budgets.py_test_one_byte_over.html"]
     page = (out_dir / "test_budgets.py_test_one_byte_over.html").read_text()
     assert "<h2>test_one_byte_over</h2>" in page and "<h2>helper</h2>" in page
+    assert "pytorch_memlab: test_budgets.py::test_one_byte_over" in page
     assert page.count("<!DOCTYPE html>") == 1
 
 
@@ -172,7 +178,8 @@ def test_no_growth_names_the_line_that_holds_memory(run, pytester):
 def test_xdist_two_workers_one_summary(run, pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(test_budgets=BUDGETS, test_leak=LEAK)
-    result = run("-n", "2", "--memlab", "--memlab-top", "0")
+    reports = pytester.path / "reports"
+    result = run("-n", "2", "--memlab-top", "0", f"--memlab-html={reports}")
     result.assert_outcomes(passed=3, failed=2)
     out = result.stdout.str()
     assert out.count("memlab: peak live tensor memory, all tests") == 1
@@ -185,6 +192,10 @@ def test_xdist_two_workers_one_summary(run, pytester):
                     "test_leak.py::test_leaks": "3.00M",
                     "test_leak.py::test_within_tolerance": "1.00M",
                     "test_leak.py::test_cycle_is_collected": "1.00M"}
+    # every test is in the summary (--memlab-top 0): one report each, written
+    # by the controller from what the workers sent
+    assert sorted(p.name for p in reports.iterdir()) == sorted(
+        name.replace("::", "_") + ".html" for name in rows)
 
 
 @pytest.mark.parametrize("budget, message", [
@@ -313,3 +324,33 @@ def test_readme_failure_output_is_what_pytest_prints(run, pytester):
     shown = run("-q", "--memlab", subprocess=True).stdout.lines
     start = shown.index(summary.splitlines()[0])
     assert shown[start:start + 3] == summary.splitlines()
+
+
+CUDA_BUDGETS = '''
+import pytest, torch
+
+@pytest.mark.memlab_limit("3 MiB", device="cuda")
+def test_at_budget():
+    x = torch.empty(262144, device="cuda")        # 1 MiB
+    y = torch.empty(524288, device="cuda")        # 2 MiB
+    del x, y
+
+@pytest.mark.memlab_limit(3 * 1024 * 1024 - 1)    # default device: the current GPU
+def test_over():
+    x = torch.empty(262144, device="cuda")
+    y = torch.empty(524288, device="cuda")
+    del x, y
+'''
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device")
+def test_cuda_budget_and_summary(run, pytester):
+    pytester.makepyfile(test_gpu=CUDA_BUDGETS)
+    result = run("-q", "--memlab", subprocess=True)
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    index = __import__("torch").cuda.current_device()
+    assert (f"memlab_limit: the test's peak on cuda:{index} was 3.00 MiB (3,145,728 bytes), "
+            "over its budget of 3145727 B") in out
+    assert re.search(rf"^ +3\.00M +cuda:{index} +test_gpu.py::test_at_budget$", out, re.M)

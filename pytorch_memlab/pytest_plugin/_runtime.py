@@ -154,10 +154,10 @@ class MemlabRuntime:
     # ---- the tests with the highest peaks ---------------------------------------
 
     def _keep(self, peak: int, nodeid: str, measured: Any) -> None:
-        if not self.html_dir or self.top <= 0:
+        if not self.html_dir:
             return
         entry = (peak, nodeid, measured.to_dict())
-        if len(self.kept) < self.top:
+        if self.top <= 0 or len(self.kept) < self.top:      # 0: every test
             heapq.heappush(self.kept, entry)
         elif entry[:2] > self.kept[0][:2]:
             heapq.heapreplace(self.kept, entry)
