@@ -173,8 +173,8 @@ class MemlabRuntime:
             return
         for name, value in report.user_properties:
             if name == PEAK_PROPERTY:
-                device, peak = value
-                self.peaks[report.nodeid] = (int(peak), str(device))
+                pair: Any = value               # (device, bytes), as _after appended
+                self.peaks[report.nodeid] = (int(pair[1]), str(pair[0]))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
@@ -192,7 +192,8 @@ class MemlabRuntime:
         if not self.html_dir:
             return
         if self.is_worker:
-            self.config.workeroutput["memlab_top"] = [list(e) for e in self.kept]
+            output = self.config.workeroutput  # type: ignore[attr-defined]  # xdist
+            output["memlab_top"] = [list(e) for e in self.kept]
             return
         wanted = {nodeid for nodeid, _, _ in self._ranked()}
         for _, nodeid, data in self.kept + self.from_workers:
