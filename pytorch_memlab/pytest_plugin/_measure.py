@@ -104,7 +104,7 @@ class Measured:
         if self.collect:
             gc.collect()
         self.profiler.enable()
-        # after enable(): the CPU allocator is counted from its first enable on
+        # after enable(): CUDA's allocator has statistics only once initialised
         self.baselines = {d: read_totals(*_kind_index(d))[0] for d in self.devices}
 
     def stop(self, exc: Optional[BaseException]) -> None:

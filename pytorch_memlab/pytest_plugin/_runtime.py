@@ -2,7 +2,6 @@
 collected test carries a memlab marker (see ``__init__``)."""
 from __future__ import annotations
 
-import heapq
 import os
 import re
 from dataclasses import dataclass
@@ -51,7 +50,7 @@ class MemlabRuntime:
         self.is_worker = hasattr(config, "workerinput")
         self.plans: dict[str, Plan] = {}
         self.peaks: dict[str, tuple[int, str]] = {}     # nodeid -> (peak, device), from reports
-        self.kept: list[tuple[int, str, dict]] = []     # local top tests' profiles, a heap
+        self.kept: list[tuple[int, str, dict]] = []     # local top tests' profiles
         self.from_workers: list[tuple[int, str, dict]] = []
         if self.device is not None and self.device.startswith("cuda") and self.profile_all:
             import torch
@@ -156,11 +155,14 @@ class MemlabRuntime:
     def _keep(self, peak: int, nodeid: str, measured: Any) -> None:
         if not self.html_dir:
             return
-        entry = (peak, nodeid, measured.to_dict())
-        if self.top <= 0 or len(self.kept) < self.top:      # 0: every test
-            heapq.heappush(self.kept, entry)
-        elif entry[:2] > self.kept[0][:2]:
-            heapq.heapreplace(self.kept, entry)
+        # ranked as the summary ranks: highest peak first, then node id
+        if self.top > 0 and len(self.kept) == self.top and \
+                (-peak, nodeid) > (-self.kept[-1][0], self.kept[-1][1]):
+            return
+        self.kept.append((peak, nodeid, measured.to_dict()))
+        self.kept.sort(key=lambda entry: (-entry[0], entry[1]))
+        if self.top > 0:
+            del self.kept[self.top:]
 
     def _write_html(self, nodeid: str, data: dict) -> None:
         from ..html_report import write_report
