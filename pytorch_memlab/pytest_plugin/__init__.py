@@ -1,0 +1,57 @@
+"""pytest plugin: memory budgets and leak checks per test, and ``--memlab``.
+
+Registered through the ``pytest11`` entry point.  This module only adds the
+options and markers: the hooks that measure tests (``_runtime``) are
+registered when ``--memlab`` (or ``--memlab-html``) is given or a collected
+test carries ``memlab_limit`` / ``memlab_no_growth``.  Otherwise no hook runs
+per test and torch is not imported.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ._markers import MARKERS, has_marker
+
+_RUNTIME = "memlab-runtime"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("memlab", "pytorch_memlab: tensor memory per test")
+    group.addoption("--memlab", action="store_true", default=False,
+                    help="profile every test's function and list the tests with the "
+                         "highest peak of live tensor memory at the end")
+    group.addoption("--memlab-top", type=int, default=10, metavar="N",
+                    help="how many tests the --memlab summary lists (0: all; default 10)")
+    group.addoption("--memlab-html", metavar="DIR", default=None,
+                    help="write an HTML line report for each failed test and each test "
+                         "of the summary into DIR (implies --memlab)")
+    group.addoption("--memlab-device", metavar="DEVICE", default=None,
+                    help="device --memlab reads: cpu, cuda or cuda:N "
+                         "(default: the current CUDA device, else cpu)")
+    group.addoption("--memlab-missing-cuda", choices=("skip", "fail"), default=None,
+                    help="a test whose memlab marker names a CUDA device that is not "
+                         "there is skipped (default) or fails; overrides the ini option")
+    parser.addini("memlab_missing_cuda", default="skip",
+                  help="skip (default) or fail: a test whose memlab marker names a "
+                       "CUDA device that is not there")
+
+
+def _activate(config: pytest.Config) -> None:
+    if not config.pluginmanager.has_plugin(_RUNTIME):
+        from ._runtime import MemlabRuntime
+        config.pluginmanager.register(MemlabRuntime(config), _RUNTIME)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for doc in MARKERS.values():
+        config.addinivalue_line("markers", doc)
+    if config.getoption("memlab") or config.getoption("memlab_html"):
+        _activate(config)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session: Any, config: pytest.Config, items: list) -> None:
+    if not config.pluginmanager.has_plugin(_RUNTIME) and any(map(has_marker, items)):
+        _activate(config)

@@ -1,0 +1,356 @@
+"""The pytest plugin (pytorch_memlab.pytest_plugin), run through pytester on
+real CPU tensors: budgets, the line table in the failure, --memlab, the leak
+check, xdist, bad input, and that it costs nothing when unused."""
+import os
+import re
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from pytorch_memlab.pytest_plugin._sizes import parse_size
+
+pytest_plugins = ["pytester"]
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parent.parent
+MODULE = "pytorch_memlab.pytest_plugin"
+MiB = 1024 * 1024
+
+
+def _entry_point_installed() -> bool:
+    return any(ep.value == MODULE for ep in metadata.entry_points(group="pytest11"))
+
+
+# Installed (make check: pip install -e .), the entry point loads the plugin;
+# from a bare checkout on PYTHONPATH it has to be named.
+PLUGIN = [] if _entry_point_installed() else ["-p", MODULE]
+
+
+@pytest.fixture
+def run(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+
+    def go(*args, subprocess=False):
+        if subprocess:      # a fresh process: nothing live from earlier tests
+            return pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", *args)
+        # in-process, the plugin module is imported already: nothing to rewrite
+        return pytester.runpytest(*PLUGIN, "-p", "no:cacheprovider",
+                                  "-W", "ignore::pytest.PytestAssertRewriteWarning", *args)
+    return go
+
+
+BUDGETS = '''
+import pytest, torch
+
+@pytest.fixture
+def held():
+    return torch.empty(5 * 262144)           # 5 MiB live before the test starts
+
+def helper(n):
+    t = torch.empty(n)
+    return t
+
+@pytest.mark.memlab_limit(3 * 1024 * 1024 - 1, device="cpu")
+def test_one_byte_over(held):
+    x = torch.empty(262144)
+    y = helper(524288)
+    del x, y
+
+
+@pytest.mark.memlab_limit("3 MiB", device="cpu")
+def test_exactly_at_budget(held):
+    x = torch.empty(262144)                  # 1 MiB
+    y = torch.empty(524288)                  # 2 MiB: peak 3 MiB above held
+    del x, y
+'''
+
+
+def test_budget_passes_at_and_fails_over_exact_bytes(run, pytester):
+    pytester.makepyfile(test_budgets=BUDGETS)
+    # a fresh process, the failing test first: the fixture's 5 MiB, allocated
+    # before the test's first profiled line, must count as live at its start
+    result = run("-q", subprocess=True)
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert ("memlab_limit: the test's peak on cpu was 3.00 MiB (3,145,728 bytes), over its "
+            "budget of 3145727 B; that is live tensor memory above the 5.00 MiB "
+            "(5,242,880 bytes) already live when the test started") in out
+    assert "test_exactly_at_budget" not in out.split("FAILURES")[1]
+
+
+def test_failure_shows_the_table_with_the_peak_line_and_the_helper(run, pytester):
+    pytester.makepyfile(test_budgets=BUDGETS)
+    out = run("-q", "-k", "over", subprocess=True).stdout.str()   # 5 MiB held, nothing else
+    # the test's own table, the peak reached on the line calling helper
+    assert re.search(r"^## test_one_byte_over$", out, re.M)
+    assert re.search(r"^ +8\.00M +8\.00M +2\.00M +1 +14 +y = helper\(524288\)   <-- peak$",
+                     out, re.M), out
+    assert re.search(r"^ +6\.00M +6\.00M +1\.00M +1 +13 +x = torch.empty\(262144\)$", out, re.M)
+    # and helper's, where the peak was reached
+    assert re.search(r"^## helper$", out, re.M)
+    assert re.search(r"^ +8\.00M +8\.00M +2\.00M +1 +8 +t = torch.empty\(n\)"
+                     r"   <-- peak \(inside this call\)$", out, re.M), out
+
+
+def test_memlab_lists_the_highest_peaks_like_durations(run, pytester):
+    pytester.makepyfile(test_many='''
+        import torch
+
+        def test_one_mib():
+            x = torch.empty(262144)
+
+        def test_three_mib():
+            x = torch.empty(262144)
+            y = torch.empty(524288)
+
+        def test_none():
+            pass
+    ''')
+    result = run("-q", "--memlab", "--memlab-top", "2")
+    result.assert_outcomes(passed=3)
+    lines = result.stdout.lines
+    start = next(i for i, line in enumerate(lines) if "memlab: peak live tensor memory, top 2 tests" in line)
+    assert [line.split() for line in lines[start + 1:start + 3]] == [
+        ["3.00M", "cpu", "test_many.py::test_three_mib"],
+        ["1.00M", "cpu", "test_many.py::test_one_mib"]]
+    assert "test_none" not in result.stdout.str()
+
+
+def test_memlab_html_writes_failed_and_top_tests(run, pytester):
+    pytester.makepyfile(test_budgets=BUDGETS, test_small="""
+        import torch
+
+        def test_small():
+            x = torch.empty(1024)
+    """)
+    out_dir = pytester.path / "reports"
+    run("-q", f"--memlab-html={out_dir}", "--memlab-top", "2")
+    # the failed test, and the top 2 (both budget tests: 3 MiB each); not test_small
+    assert sorted(p.name for p in out_dir.iterdir()) == [
+        "test_budgets.py_test_exactly_at_budget.html", "test_budgets.py_test_one_byte_over.html"]
+    page = (out_dir / "test_budgets.py_test_one_byte_over.html").read_text()
+    assert "<h2>test_one_byte_over</h2>" in page and "<h2>helper</h2>" in page
+    assert "pytorch_memlab: test_budgets.py::test_one_byte_over" in page
+    assert page.count("<!DOCTYPE html>") == 1
+
+
+LEAK = '''
+import pytest, torch
+
+kept = []
+
+@pytest.mark.memlab_no_growth(device="cpu")
+def test_leaks():
+    scratch = torch.empty(524288)            # 2 MiB local: freed when the test returns
+    kept.append(torch.empty(262144))         # 1 MiB that outlives the test
+
+@pytest.mark.memlab_no_growth(device="cpu", tolerance="1 MiB")
+def test_within_tolerance():
+    kept.append(torch.empty(262144))
+
+@pytest.mark.memlab_no_growth(device="cpu")
+def test_cycle_is_collected():
+    a = [torch.empty(262144)]
+    a.append(a)                              # garbage only gc.collect() frees
+'''
+
+
+def test_no_growth_names_the_line_that_holds_memory(run, pytester):
+    pytester.makepyfile(test_leak=LEAK)
+    result = run("-q")
+    result.assert_outcomes(passed=2, failed=1)
+    out = result.stdout.str()
+    assert ("memlab_no_growth: 1.00 MiB (1,048,576 bytes) of tensors on cpu were still alive "
+            "after the test returned (and gc.collect()), over the tolerance of 0 B") in out
+    lines = result.stdout.lines
+    start = lines.index("lines whose net growth holds them (bytes a line allocated and had not "
+                        "freed when it ended), largest first:")
+    assert lines[start + 1].startswith("  test_leak.py:8 (test_leaks)  +1.00M  kept.append(")
+    # the local's line grew by more than is still alive: listed apart
+    assert lines[start + 2].startswith("lines that grew by more than is still alive")
+    assert lines[start + 3].startswith("  test_leak.py:7 (test_leaks)  +2.00M  scratch = ")
+    assert lines[start + 4] == ""
+
+
+def test_xdist_two_workers_one_summary(run, pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_budgets=BUDGETS, test_leak=LEAK)
+    reports = pytester.path / "reports"
+    result = run("-n", "2", "--memlab-top", "0", f"--memlab-html={reports}")
+    result.assert_outcomes(passed=3, failed=2)
+    out = result.stdout.str()
+    assert out.count("memlab: peak live tensor memory, all tests") == 1
+    assert "memlab_limit: the test's peak on cpu was 3.00 MiB (3,145,728 bytes)" in out
+    assert "memlab_no_growth: 1.00 MiB (1,048,576 bytes)" in out
+    rows = {line.split()[-1]: line.split()[0] for line in result.stdout.lines
+            if re.match(r"^ +[\d.]+[BKMG] +cpu +test_", line)}
+    assert rows == {"test_budgets.py::test_exactly_at_budget": "3.00M",
+                    "test_budgets.py::test_one_byte_over": "3.00M",
+                    "test_leak.py::test_leaks": "3.00M",
+                    "test_leak.py::test_within_tolerance": "1.00M",
+                    "test_leak.py::test_cycle_is_collected": "1.00M"}
+    # every test is in the summary (--memlab-top 0): one report each, written
+    # by the controller from what the workers sent
+    assert sorted(p.name for p in reports.iterdir()) == sorted(
+        name.replace("::", "_") + ".html" for name in rows)
+
+
+@pytest.mark.parametrize("budget, message", [
+    ('"64 MX"', "unknown unit 'MX' in '64 MX'"),
+    ('"64"', "'64' is not a size"),
+    ("-1", "-1 is negative"),
+    ("True", "not bool True"),
+    ('"1.5 B"', "'1.5 B' is not a whole number of bytes"),
+])
+def test_bad_budget_is_an_error_naming_the_accepted_forms(run, pytester, budget, message):
+    pytester.makepyfile(test_bad=f'''
+        import pytest
+
+        @pytest.mark.memlab_limit({budget}, device="cpu")
+        def test_it():
+            pass
+    ''')
+    result = run("-q")
+    result.assert_outcomes(errors=1)
+    out = result.stdout.str()
+    assert "test_bad.py::test_it: @pytest.mark.memlab_limit budget: " in out
+    assert message in out
+    if "whole number" not in message:
+        assert "'64 KB', '64 KiB'" in out and "KB/MB/GB = 1000**n bytes" in out
+    assert "During handling" not in out
+
+
+def test_bad_marker_arguments(run, pytester):
+    pytester.makepyfile(test_bad='''
+        import pytest
+
+        @pytest.mark.memlab_limit("1 MiB", device="gpu")
+        def test_device():
+            pass
+
+        @pytest.mark.memlab_no_growth("1 MiB")
+        def test_positional():
+            pass
+    ''')
+    result = run("-q")
+    result.assert_outcomes(errors=2)
+    out = result.stdout.str()
+    assert "device='gpu'; expected 'cpu', 'cuda' or 'cuda:N'" in out
+    assert "@pytest.mark.memlab_no_growth takes only the keywords device=, tolerance=" in out
+
+
+def test_sizes():
+    assert parse_size("64 KB", "x") == 64_000
+    assert parse_size("64 KiB", "x") == 65_536
+    assert parse_size("1.5MB", "x") == 1_500_000
+    assert parse_size("1.5 mib", "x") == 1_572_864
+    assert parse_size("2 GB", "x") == 2_000_000_000
+    assert parse_size("2 GiB", "x") == 2 * 1024 ** 3
+    assert parse_size(" 512 B ", "x") == 512
+    assert parse_size(4096, "x") == 4096
+    with pytest.raises(TypeError, match="x: expected"):
+        parse_size(1.5, "x")
+
+
+MISSING = '''
+import pytest
+
+@pytest.mark.memlab_limit("1 MiB", device="cuda:64")
+def test_on_gpu_64():
+    pass
+'''
+
+
+def test_missing_cuda_device_skips_by_default(run, pytester):
+    pytester.makepyfile(test_gpu=MISSING)
+    result = run("-q", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_gpu.py:*: memlab: device='cuda:64' but *"])
+
+
+@pytest.mark.parametrize("how", ["option", "ini"])
+def test_missing_cuda_device_fails_when_asked(run, pytester, how):
+    pytester.makepyfile(test_gpu=MISSING)
+    if how == "ini":
+        pytester.makeini("[pytest]\nmemlab_missing_cuda = fail\n")
+        result = run("-q")
+    else:
+        result = run("-q", "--memlab-missing-cuda=fail")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*test_gpu.py::test_on_gpu_64: memlab: device='cuda:64' but *"
+                                 "(memlab_missing_cuda = fail)"])
+
+
+def test_unused_plugin_imports_no_torch_and_adds_no_hooks(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    pytester.makepyfile(test_plain='''
+        import sys
+
+        def test_nothing_loaded(request):
+            assert "torch" not in sys.modules
+            assert not request.config.pluginmanager.has_plugin("memlab-runtime")
+            assert request.config.pluginmanager.has_plugin("''' + ("memlab" if not PLUGIN else MODULE) + '''")
+    ''')
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=1)
+
+
+def _readme_blocks():
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Memory budgets in pytest"):]
+    section = section[:section.index("\n## MemReporter")]
+    return re.findall(r"^```(\w*)\n(.*?)^```\n", section, re.S | re.M)
+
+
+def _without_timing(lines):
+    return [re.sub(r" in [\d.]+s$", "", line.rstrip()) for line in lines]
+
+
+def test_readme_failure_output_is_what_pytest_prints(run, pytester):
+    """README's "Memory budgets in pytest" shows a run as printed: run it again."""
+    torch = pytest.importorskip("torch")
+    blocks = _readme_blocks()
+    source = next(code for lang, code in blocks if code.startswith("# test_attention.py"))
+    failure, summary = [code for lang, code in blocks if lang == "text"]
+    pytester.makepyfile(test_attention=source)
+    result = run("-q", subprocess=True)
+    result.assert_outcomes(passed=1, failed=1)
+    if not torch.__version__.startswith("2.13.") or torch.cuda.is_available():
+        return                              # the README shows torch 2.13 on CPU
+    assert _without_timing(result.stdout.lines) == _without_timing(failure.splitlines())
+    shown = run("-q", "--memlab", subprocess=True).stdout.lines
+    start = shown.index(summary.splitlines()[0])
+    assert shown[start:start + 3] == summary.splitlines()
+
+
+CUDA_BUDGETS = '''
+import pytest, torch
+
+@pytest.mark.memlab_limit("3 MiB", device="cuda")
+def test_at_budget():
+    x = torch.empty(262144, device="cuda")        # 1 MiB
+    y = torch.empty(524288, device="cuda")        # 2 MiB
+    del x, y
+
+@pytest.mark.memlab_limit(3 * 1024 * 1024 - 1)    # default device: the current GPU
+def test_over():
+    x = torch.empty(262144, device="cuda")
+    y = torch.empty(524288, device="cuda")
+    del x, y
+'''
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device")
+def test_cuda_budget_and_summary(run, pytester):
+    pytester.makepyfile(test_gpu=CUDA_BUDGETS)
+    result = run("-q", "--memlab", subprocess=True)
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    index = __import__("torch").cuda.current_device()
+    assert (f"memlab_limit: the test's peak on cuda:{index} was 3.00 MiB (3,145,728 bytes), "
+            "over its budget of 3145727 B") in out
+    assert re.search(rf"^ +3\.00M +cuda:{index} +test_gpu.py::test_at_budget$", out, re.M)
