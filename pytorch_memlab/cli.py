@@ -344,7 +344,7 @@ def _run(args: argparse.Namespace) -> int:
               "so nothing of it was profiled", file=sys.stderr)
     if reporter is not None:
         sys.stdout.flush()
-        reporter.finish()
+        reporter.finish(failed=status != 0)
         return status
     _report(profiler, program, status, args)
     return status

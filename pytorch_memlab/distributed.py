@@ -167,6 +167,10 @@ class RankReporter:
             print(f"pytorch_memlab: rank {self.env.rank}: could not write "
                   f"{rank_path(self.out_dir, self.env.rank)}: {exc}", file=sys.stderr)
 
+    def write_file(self) -> None:
+        """Write this rank's file now (it is written again at the end)."""
+        self._write(self._document())
+
     def _exchange_safely(self) -> None:
         try:
             self._exchange()
@@ -199,12 +203,15 @@ class RankReporter:
         if self.on_merged is not None:
             self.on_merged(docs)
 
-    def finish(self) -> None:
+    def finish(self, failed: bool = False) -> None:
         """At the program's end: gather over the group if it is still up,
-        else write the file and (rank 0) merge the files."""
+        else write the file and (rank 0) merge the files.  A rank whose program
+        ``failed`` only writes its file: the other ranks may be waiting in a
+        collective it will never join, and torchrun stops them once it exits."""
         self.uninstall()
-        if self.exchanged:
+        if self.exchanged or failed:
             self._write(self._document())     # figures after the exchange, if any
+            self.exchanged = True
             return
         if _group_usable():
             self._exchange_safely()
@@ -265,3 +272,36 @@ def view_ranks(out_dir: str, output: Optional[str] = None) -> int:
         return 1
     print(f"pytorch_memlab: wrote {output}", file=sys.stderr)
     return 0
+
+
+# ---- @profile under torchrun ----------------------------------------------------
+
+_decorator_reporter: Optional[RankReporter] = None
+
+
+def decorator_reporter(profilers: Callable[[], list[Any]]) -> Optional[RankReporter]:
+    """The reporter of ``@profile``'s global profilers (``profilers()`` lists
+    them) when this process is a torchrun rank, installed once; else None.
+    The files go to ``$PYTORCH_MEMLAB_OUT``."""
+    global _decorator_reporter
+    env = rank_env()
+    if env is None:
+        return None
+    if _decorator_reporter is None:
+        def collect() -> dict[str, Any]:
+            docs = [p.to_dict() for p in profilers()]
+            doc = docs[0]
+            for other in docs[1:]:
+                doc["functions"] += other["functions"]
+                doc["devices"] += [d for d in other["devices"] if d not in doc["devices"]]
+            return doc
+
+        _decorator_reporter = RankReporter(env, os.environ.get(OUT_ENV) or None, collect)
+        _decorator_reporter.install()
+    return _decorator_reporter
+
+
+def rank_device() -> Optional[str]:
+    """The default device of a torchrun rank's profiler; None outside torchrun."""
+    env = rank_env()
+    return None if env is None else env.device()
