@@ -21,7 +21,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .line_profiler._export import check_data, dumps_json
 
 OUT_ENV = "PYTORCH_MEMLAB_OUT"
 WAIT_ENV = "PYTORCH_MEMLAB_WAIT"
@@ -70,6 +69,7 @@ def rank_path(out_dir: str, rank: int) -> str:
 
 def write_rank_file(doc: dict[str, Any], out_dir: str) -> str:
     """Write this rank's document to ``out_dir/rank<R>.json`` atomically."""
+    from .line_profiler._export import dumps_json
     os.makedirs(out_dir, exist_ok=True)
     path = rank_path(out_dir, doc["rank"]["rank"])
     tmp = f"{path}.{os.getpid()}.tmp"
@@ -82,6 +82,8 @@ def write_rank_file(doc: dict[str, Any], out_dir: str) -> str:
 def read_rank_dir(out_dir: str, run_id: Optional[str] = None) -> list[dict[str, Any]]:
     """The rank documents in ``out_dir`` (only this ``run_id``'s, if given)."""
     import json
+
+    from .line_profiler._export import check_data
     if not os.path.isdir(out_dir):
         raise OSError(f"{out_dir}: no such folder")
     docs = []
