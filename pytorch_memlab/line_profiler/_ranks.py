@@ -96,7 +96,7 @@ def _count(per_rank: dict[int, dict[str, Any]], ranks: Sequence[int]) -> str:
 
 
 def _notes(per_rank: dict[int, dict[str, Any]]) -> str:
-    raised = {}
+    raised: dict[str, list[str]] = {}
     for rank, line in sorted(per_rank.items()):
         if line.get("raised"):
             raised.setdefault(raised_note(line), []).append(str(rank))
