@@ -296,7 +296,17 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    _check_output(args.output, (".json", ".csv"), "-o")
+    from .distributed import rank_env
+    ranked = rank_env()
+    if ranked is None:
+        _check_output(args.output, (".json", ".csv"), "-o")
+    else:    # torchrun: -o names the folder of rank<R>.json files
+        args.output = args.output or os.environ.get("PYTORCH_MEMLAB_OUT")
+        if args.output and os.path.splitext(args.output)[1].lower() in (".json", ".csv"):
+            raise RunError(f"-o {args.output!r}: under torchrun -o names a folder, where "
+                           "each rank writes rank<R>.json")
+        if args.device is None:
+            args.device = ranked.device()
     _check_output(args.html, (".html", ".htm"), "--html")
     if args.module is not None:
         program = Program.module_main(args.module, args.args)
@@ -316,6 +326,14 @@ def _run(args: argparse.Namespace) -> int:
     else:
         registrar.add_all_main()
 
+    reporter = None
+    if ranked is not None:
+        from .distributed import RankReporter
+        status = None
+        reporter = RankReporter(ranked, args.output,
+                                lambda: _document(profiler, program, status),
+                                lambda docs: _write_ranks_html(docs, args.html))
+        reporter.install()
     registrar.install()
     try:
         status, _ = execute(program, profiler)
@@ -324,8 +342,26 @@ def _run(args: argparse.Namespace) -> int:
     for raw in registrar.never_imported():
         print(f"pytorch_memlab run: -f {raw}: its module was never imported, "
               "so nothing of it was profiled", file=sys.stderr)
+    if reporter is not None:
+        sys.stdout.flush()
+        reporter.finish(failed=status != 0)
+        return status
     _report(profiler, program, status, args)
     return status
+
+
+def _document(profiler: Any, program: Program, status: Optional[int]) -> dict[str, Any]:
+    data: dict[str, Any] = profiler.to_dict()
+    data["run"] = {"argv": list(program.argv), "module": program.module,
+                   "exit_status": status}
+    return data
+
+
+def _write_ranks_html(docs: list[dict[str, Any]], path: Optional[str]) -> None:
+    if path is not None:
+        from .html_report import write_ranks_report
+        write_ranks_report(docs, path)
+        print(f"pytorch_memlab: wrote {path}", file=sys.stderr)
 
 
 def _report(profiler: Any, program: Program, status: int, args: argparse.Namespace) -> None:
@@ -334,9 +370,7 @@ def _report(profiler: Any, program: Program, status: int, args: argparse.Namespa
     profiler.print_stats()
     if args.output is None and args.html is None:
         return
-    data = profiler.to_dict()
-    data["run"] = {"argv": list(program.argv), "module": program.module,
-                   "exit_status": status}
+    data = _document(profiler, program, status)
     from .line_profiler._export import save_data
     for path, write in ((args.output, save_data), (args.html, _write_html)):
         if path is None:
@@ -357,6 +391,9 @@ def _write_html(data: dict[str, Any], path: str) -> None:
 # ---- view --------------------------------------------------------------------------
 
 def view_command(args: argparse.Namespace) -> int:
+    if os.path.isdir(args.profile):
+        from .distributed import view_ranks
+        return view_ranks(args.profile, args.output)
     from .line_profiler import load
     try:
         saved = load(args.profile)
@@ -444,7 +481,8 @@ def add_view_parser(commands: Any) -> argparse.ArgumentParser:
         description="Print the tables of a profile saved as JSON or CSV, or with -o write "
                     "the HTML report (.html) or convert it (.json, .csv).")
     view.add_argument("profile", help="a .json or .csv file written by `run -o` or "
-                                      "LineProfiler.save")
+                                      "LineProfiler.save, or the folder of rank<R>.json "
+                                      "files written under torchrun")
     view.add_argument("-o", "--output", metavar="OUT", help="report.html, or a .json / .csv")
     return view
 

@@ -236,20 +236,65 @@ def _meta(data: dict[str, Any]) -> str:
     return " &middot; ".join(bits)
 
 
-def render_report(profile: ProfileArg, title_text: str = "pytorch_memlab line profile") -> str:
-    """The report as one HTML string."""
-    data = _data(profile)
+def _body(data: dict[str, Any]) -> list[str]:
     shown, idle = sections(data["functions"])
     scales = _scales(shown)
-    body = [f"<h1>{html.escape(title_text)}</h1>", f'<p class="meta">{_meta(data)}</p>',
-            _timeline(data.get("timeline") or [])]
+    body = [f'<p class="meta">{_meta(data)}</p>', _timeline(data.get("timeline") or [])]
     body += [_section(s, scales) for s in shown]
     note = idle_note(idle, bool(shown))
     if note:
         body.append(f"<p>{html.escape(note)}</p>")
+    return body
+
+
+def _page(title_text: str, body: Sequence[str], script: str = "") -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title_text)}</title><style>{_CSS}</style></head>\n"
-            f"<body>\n{''.join(body)}\n<script>{_JS}</script>\n</body></html>\n")
+            f"<body>\n<h1>{html.escape(title_text)}</h1>{''.join(body)}\n"
+            f"<script>{_JS}{script}</script>\n</body></html>\n")
+
+
+def render_report(profile: ProfileArg, title_text: str = "pytorch_memlab line profile") -> str:
+    """The report as one HTML string."""
+    return _page(title_text, _body(_data(profile)))
+
+
+# Shows the rank picked in the selector (report.html#rank=1 opens on rank 1).
+_RANK_JS = """
+var picker = document.getElementById("rank");
+function showRank() {
+  document.querySelectorAll("div.rank").forEach(function (d) {
+    d.hidden = d.dataset.rank !== picker.value; });
+}
+picker.addEventListener("change", showRank);
+var askedRank = /^#rank=(\\d+)$/.exec(location.hash);
+if (askedRank) { picker.value = askedRank[1]; }
+showRank();
+"""
+
+
+def render_ranks_report(docs: Sequence[dict[str, Any]],
+                        title_text: str = "pytorch_memlab line profile, per rank") -> str:
+    """One report for the rank profiles of a torchrun job: the merged text
+    table, and each rank's full report behind a rank selector."""
+    from .distributed import merged_text
+    ordered = sorted(docs, key=lambda d: d["rank"]["rank"])
+    options = "".join(f'<option value="{d["rank"]["rank"]}">rank {d["rank"]["rank"]} '
+                      f'({html.escape(", ".join(d.get("devices") or []))})</option>'
+                      for d in ordered)
+    body = ['<h2>all ranks</h2><pre class="merged">'
+            f"{html.escape(merged_text(list(ordered)))}</pre>",
+            f'<p><label>rank <select id="rank">{options}</select></label></p>']
+    for doc in ordered:
+        body.append(f'<div class="rank" data-rank="{doc["rank"]["rank"]}">'
+                    f"{''.join(_body(doc))}</div>")
+    return _page(title_text, body, _RANK_JS)
+
+
+def write_ranks_report(docs: Sequence[dict[str, Any]],
+                       path: Union[str, "os.PathLike[str]"]) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(render_ranks_report(docs))
 
 
 def write_report(profile: ProfileArg, path: Union[str, "os.PathLike[str]"], **kwargs: Any) -> None:

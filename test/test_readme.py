@@ -20,7 +20,7 @@ def blocks():
     text = README.read_text()
     found = list(FENCE.finditer(text))
     for i, m in enumerate(found):
-        if m.group(1) != "python":
+        if m.group(1) != "python" or _marker(text, m):
             continue
         expected = None
         if i + 1 < len(found) and found[i + 1].group(1) == "":
@@ -29,6 +29,22 @@ def blocks():
                 expected = found[i + 1].group(2)
         line = text.count("\n", 0, m.start()) + 1
         yield pytest.param(m.group(2), expected, id=f"README.md:{line}")
+
+
+MARKER = re.compile(r"<!-- readme-test: (file (\S+)|run) -->\n\n?$")
+ROOT = README.parent
+
+
+def _marker(text, m):
+    """The ``<!-- readme-test: file NAME -->`` / ``run`` comment just before a block."""
+    return MARKER.search(text[max(0, m.start() - 80):m.start()])
+
+
+def _expected_after(text, found, i):
+    if i + 1 < len(found) and found[i + 1].group(1) == "":
+        if len(text[found[i].end():found[i + 1].start()]) < 400:
+            return found[i + 1].group(2)
+    return None
 
 
 def normalise(text):
@@ -50,3 +66,32 @@ def test_readme_block(tmp_path, code, expected):
 
 def test_readme_has_python_blocks():
     assert len(list(blocks())) >= 10
+
+
+def test_readme_shell_blocks(tmp_path):
+    """The blocks marked for it: ``file NAME`` blocks are written to NAME, and
+    ``run`` blocks run in order with bash in that folder, each matching the
+    output block after it (the torchrun section)."""
+    text = README.read_text()
+    found = list(FENCE.finditer(text))
+    env = dict(os.environ, PYTHONUNBUFFERED="1",
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+               PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in
+                                          [os.environ.get("PYTHONPATH")] if p]))
+    ran = 0
+    for i, m in enumerate(found):
+        marker = _marker(text, m)
+        if marker is None:
+            continue
+        if marker.group(2):
+            (tmp_path / marker.group(2)).write_text(m.group(2))
+            continue
+        out = subprocess.run(["bash", "-c", m.group(2)], capture_output=True, text=True,
+                             cwd=tmp_path, env=env, timeout=300)
+        assert out.returncode == 0, out.stderr
+        expected = _expected_after(text, found, i)
+        if expected is not None and torch.__version__.startswith(OUTPUT_SHOWN_FOR) \
+                and not torch.cuda.is_available():
+            assert normalise(out.stdout) == normalise(expected)
+        ran += 1
+    assert ran >= 2

@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 from ._columns import ColumnsArg, normalize_columns
 from ._devices import DeviceArg, resolve_devices
 from ._wrap import wrap_any
+from ..distributed import decorator_reporter, rank_device
 from .profiler import LineProfiler
 
 _lock = threading.Lock()
@@ -27,6 +28,7 @@ _atexit_registered = False
 def _global_profiler(columns: ColumnsArg, device: DeviceArg) -> LineProfiler:
     """The shared profiler for this choice of columns and devices."""
     global _atexit_registered
+    device = _rank_default(device)
     cols = normalize_columns(columns)
     slots, _ = resolve_devices(device, None)
     key = (cols, tuple(slots))
@@ -37,7 +39,13 @@ def _global_profiler(columns: ColumnsArg, device: DeviceArg) -> LineProfiler:
         if not _atexit_registered:
             _atexit_registered = True
             atexit.register(_print_at_exit)
+    decorator_reporter(lambda: list(_global.values()))
     return profiler
+
+
+def _rank_default(device: DeviceArg) -> DeviceArg:
+    """Under torchrun each rank profiles its own device (LOCAL_RANK's GPU)."""
+    return rank_device() if device is None else device
 
 
 def _print(profiler: LineProfiler) -> None:
@@ -46,6 +54,10 @@ def _print(profiler: LineProfiler) -> None:
 
 
 def _print_at_exit() -> None:
+    reporter = decorator_reporter(lambda: list(_global.values()))
+    if reporter is not None:     # torchrun: files, and one merged table on rank 0
+        reporter.finish(failed=hasattr(sys, "last_value"))
+        return
     for profiler in list(_global.values()):
         if id(profiler) in _unprinted:
             try:
@@ -72,8 +84,11 @@ def profile(func: Any = None, columns: ColumnsArg = None, *,
         profiler.add_function(target)
 
         def after_call(exc: Optional[BaseException]) -> None:
+            reporter = decorator_reporter(lambda: list(_global.values()))
             if exc is None:
                 _unprinted.add(id(profiler))
+            elif reporter is not None:
+                reporter.write_file()     # now: the exception may kill the rank
             else:
                 _print(profiler)
 
@@ -125,5 +140,5 @@ def clear_global_line_profiler() -> None:
 def global_line_profiler(columns: ColumnsArg = None,
                          device: DeviceArg = None) -> Optional[LineProfiler]:
     """The profiler ``profile(columns=..., device=...)`` uses, if it exists yet."""
-    slots, _ = resolve_devices(device, None)
+    slots, _ = resolve_devices(_rank_default(device), None)
     return _global.get((normalize_columns(columns), tuple(slots)))

@@ -1,0 +1,180 @@
+"""One table for the profiles of several ranks (``torchrun``): per source line,
+a column group per rank, or past ``MAX_RANK_GROUPS`` ranks the min, the max and
+the rank holding the max, then the spread (max - min) of every figure, so a
+rank that allocates more than the others stands out.
+
+Each rank's document is the saved-profile JSON of ``_export`` with a ``rank``
+entry added: ``{"rank": R, "world_size": W, "local_rank": L, "host": ...,
+"run_id": ...}``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from ._sections import GROWTH, cell, raised_note, title
+from ._text import _SEP, _group_row
+
+MAX_RANK_GROUPS = 4
+
+
+@dataclass
+class RankedFunction:
+    qualname: str
+    filename: str
+    first_line: int
+    columns: list[str]
+    # lineno -> rank -> line record
+    lines: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    code: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class RankedProfile:
+    """The merged view: ``ranks`` that reported, ``missing`` ones (and why)."""
+    world_size: int
+    ranks: list[int]
+    devices: dict[int, str]
+    exit_status: dict[int, Optional[int]]
+    functions: list[RankedFunction]
+    missing: dict[int, str]
+
+
+def rank_of(doc: dict[str, Any]) -> int:
+    info = doc.get("rank")
+    if not isinstance(info, dict) or not isinstance(info.get("rank"), int):
+        raise ValueError("not a rank's profile: no \"rank\" entry (written by "
+                         "`torchrun ... -m pytorch_memlab run -o DIR/`)")
+    return int(info["rank"])
+
+
+def merge(docs: Sequence[dict[str, Any]], world_size: Optional[int] = None,
+          missing: Optional[dict[int, str]] = None) -> RankedProfile:
+    """Merge rank documents; ranks below the world size that sent nothing are
+    listed in ``missing`` (with the reason given, else "sent nothing")."""
+    by_rank = {rank_of(doc): doc for doc in docs}
+    size = max([world_size or 0] + [int(d["rank"].get("world_size") or 0) for d in docs]
+               + [r + 1 for r in by_rank])
+    why = dict(missing or {})
+    absent = {r: why.get(r, "sent nothing") for r in range(size) if r not in by_rank}
+    functions: dict[tuple[str, int, str], RankedFunction] = {}
+    devices, status = {}, {}
+    for rank in sorted(by_rank):
+        doc = by_rank[rank]
+        devices[rank] = ", ".join(doc.get("devices") or [])
+        status[rank] = (doc.get("run") or {}).get("exit_status")
+        for record in doc["functions"]:
+            key = (record["filename"], record["first_line"], record["qualname"])
+            merged = functions.get(key)
+            if merged is None:
+                merged = functions[key] = RankedFunction(
+                    record["qualname"], record["filename"], record["first_line"],
+                    list(record["columns"]))
+            for line in record["lines"]:
+                merged.code.setdefault(line["lineno"], line["code"])
+                merged.lines.setdefault(line["lineno"], {})[rank] = line
+    return RankedProfile(size, sorted(by_rank), devices, status, list(functions.values()),
+                         absent)
+
+
+def _ran(function: RankedFunction) -> bool:
+    return any(line.get("net_growth") is not None
+               for per_rank in function.lines.values() for line in per_rank.values())
+
+
+def _values(per_rank: dict[int, dict[str, Any]], column: str) -> dict[int, int]:
+    return {r: line[column] for r, line in per_rank.items() if line.get(column) is not None}
+
+
+def _count(per_rank: dict[int, dict[str, Any]], ranks: Sequence[int]) -> str:
+    counts = [per_rank[r]["count"] if r in per_rank else 0 for r in ranks]
+    if not any(per_rank.get(r, {}).get("net_growth") is not None for r in ranks):
+        return ""
+    if len(set(counts)) == 1:
+        return str(counts[0])
+    return "/".join(str(c) for c in counts)
+
+
+def _notes(per_rank: dict[int, dict[str, Any]]) -> str:
+    raised: dict[str, list[str]] = {}
+    for rank, line in sorted(per_rank.items()):
+        if line.get("raised"):
+            raised.setdefault(raised_note(line), []).append(str(rank))
+    return "   ".join(f"{note} on rank {', '.join(r)}" for note, r in raised.items())
+
+
+def _groups(profile: RankedProfile) -> list[tuple[str, str]]:
+    """(group label, kind) in order: kind is a rank number, "min", "max", "argmax",
+    or "spread"."""
+    if len(profile.ranks) <= MAX_RANK_GROUPS:
+        groups = [(f"rank {r} ({profile.devices[r]})", str(r)) for r in profile.ranks]
+    else:
+        groups = [("min over ranks", "min"), ("max over ranks", "max"),
+                  ("rank with the max", "argmax")]
+    if len(profile.ranks) > 1:
+        groups.append(("spread: max - min", "spread"))
+    return groups
+
+
+def _figure(kind: str, column: str, per_rank: dict[int, dict[str, Any]]) -> str:
+    values = _values(per_rank, column)
+    if kind.isdigit():
+        return cell(column, values.get(int(kind)))
+    if not values:
+        return ""
+    top = max(values.values())
+    if kind == "min":
+        return cell(column, min(values.values()))
+    if kind == "max":
+        return cell(column, top)
+    if kind == "argmax":
+        return str(min(r for r, v in values.items() if v == top))
+    return cell(column, top - min(values.values()))     # spread
+
+
+def _function_text(function: RankedFunction, profile: RankedProfile) -> str:
+    columns = function.columns + [GROWTH]
+    groups = _groups(profile)
+    linenos = sorted(function.lines)
+    heads: list[tuple[str, str]] = []
+    bodies: list[list[str]] = []
+    for _, kind in groups:
+        for column in columns:
+            heads.append(title(column))
+            bodies.append([_figure(kind, column, function.lines[n]) for n in linenos])
+    heads += [("count", ""), ("line", "")]
+    bodies.append([_count(function.lines[n], profile.ranks) for n in linenos])
+    bodies.append([str(n) for n in linenos])
+    widths = [max([len(h[0]), len(h[1])] + [len(v) for v in body])
+              for h, body in zip(heads, bodies)]
+    per = len(columns)
+    out = [_SEP.join(_group_row(label, sum(widths[g * per:(g + 1) * per]) + len(_SEP) * (per - 1))
+                     for g, (label, _) in enumerate(groups))]
+    for part in (0, 1):
+        out.append(_SEP.join(h[part].rjust(w) for h, w in zip(heads, widths)) + _SEP
+                   + ("code" if part == 0 else ""))
+    for i, lineno in enumerate(linenos):
+        note = _notes(function.lines[lineno])
+        code = function.code[lineno] + ("   " + note if note else "")
+        out.append(_SEP.join(body[i].rjust(w) for body, w in zip(bodies, widths)) + _SEP + code)
+    return f"## {function.qualname}\n\n" + "\n".join(line.rstrip() for line in out) + "\n"
+
+
+def summary(profile: RankedProfile) -> str:
+    parts = []
+    for rank in profile.ranks:
+        status = profile.exit_status.get(rank)
+        parts.append(f"rank {rank}" + ("" if status in (None, 0) else f" (exit {status})"))
+    text = (f"# {len(profile.ranks)} of {profile.world_size} ranks: {', '.join(parts)}")
+    for rank, why in sorted(profile.missing.items()):
+        text += f"\n# missing: rank {rank} ({why})"
+    return text + "\n"
+
+
+def render_ranks_text(profile: RankedProfile) -> str:
+    shown = [f for f in profile.functions if _ran(f)]
+    idle = [f.qualname for f in profile.functions if not _ran(f)]
+    parts = [summary(profile)] + [_function_text(f, profile) for f in shown]
+    if idle:
+        parts.append(f"(not run on any rank: {', '.join(dict.fromkeys(idle))})\n")
+    return "\n".join(parts)
