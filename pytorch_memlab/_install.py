@@ -52,34 +52,35 @@ def _local_path(url: str) -> Optional[str]:
 
 def rebuild_command() -> str:
     """The exact command that rebuilds both extensions for how this copy was installed."""
-    tree = _source_tree()
     info = _direct_url()
     path = _local_path(info.get("url", "")) if info else None
-    if info is not None and path is not None:
-        editable = bool(info.get("dir_info", {}).get("editable"))
-        if editable:
+    if info is None or not _installed_here(info, path):
+        info = path = None  # what pip installed is some other copy
+    if info is not None and path is not None and "dir_info" in info:
+        if info["dir_info"].get("editable"):
             return f"cd {path} && {_PIP} -e ."
-        if "dir_info" in info:
-            return f"{_PIP} --force-reinstall --no-deps {path}"
-    if tree is not None and not _installed_here():
+        return f"{_PIP} --force-reinstall --no-deps {path}"
+    tree = _source_tree()
+    if info is None and tree is not None:
         # imported straight from a checkout (PYTHONPATH or its own folder)
         return f"cd {tree} && python setup.py build_ext --inplace"
     # a wheel (or an index/archive install): build again from the checkout
     return f"{_PIP} --force-reinstall --no-deps /path/to/pytorch_memlab-checkout"
 
 
-def _installed_here() -> bool:
-    """True when the installed distribution's files are this package folder."""
+def _installed_here(info: dict, path: Optional[str]) -> bool:
+    """True when the installed distribution is this very package folder."""
+    if info.get("dir_info", {}).get("editable"):
+        # an editable install runs the checkout it was made from
+        return path is not None and os.path.realpath(path) == os.path.realpath(
+            os.path.dirname(_PACKAGE_DIR))
     try:
-        from importlib.metadata import PackageNotFoundError, distribution
-        dist = distribution("pytorch-memlab")
-    except (ImportError, PackageNotFoundError):
-        return False
-    try:
-        init = dist.locate_file("pytorch_memlab/__init__.py")
+        from importlib.metadata import distribution
+        init = distribution("pytorch-memlab").locate_file("pytorch_memlab/__init__.py")
     except Exception:
         return False
-    return os.path.abspath(str(init)) == os.path.join(_PACKAGE_DIR, "__init__.py")
+    return os.path.realpath(str(init)) == os.path.realpath(
+        os.path.join(_PACKAGE_DIR, "__init__.py"))
 
 
 def missing_requirement(torch: bool = True) -> Optional[str]:

@@ -33,16 +33,31 @@ def run_py(code, cwd=REPO, **env):
 ])
 def test_rebuild_command_follows_direct_url(monkeypatch, info, expected):
     monkeypatch.setattr(_install, "_direct_url", lambda: info)
-    monkeypatch.setattr(_install, "_installed_here", lambda: True)
+    monkeypatch.setattr(_install, "_installed_here", lambda info, path: True)
     assert _install.rebuild_command() == expected
 
 
 
+def this_checkout_fix():
+    """The fix for this checkout: built in place, or installed from it with -e (make check)."""
+    info = _install._direct_url()
+    if info and info.get("dir_info", {}).get("editable") and _install._installed_here(
+            info, _install._local_path(info["url"])):
+        return f"cd {REPO} && python -m pip install --no-build-isolation -e ."
+    return f"cd {REPO} && python setup.py build_ext --inplace"
+
+
 def test_source_tree_rebuild_command():
-    # this checkout, imported through PYTHONPATH, is not what pip installed
     proc = run_py("from pytorch_memlab import _install; print(_install.rebuild_command())")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == f"cd {REPO} && python setup.py build_ext --inplace"
+    assert proc.stdout.strip() == this_checkout_fix()
+
+
+def test_other_installed_copy_is_not_this_one(monkeypatch):
+    # pip installed some other folder; this copy is run from its checkout
+    info = {"url": "file:///elsewhere/pytorch_memlab", "dir_info": {"editable": True}}
+    monkeypatch.setattr(_install, "_direct_url", lambda: info)
+    assert _install.rebuild_command() == f"cd {REPO} && python setup.py build_ext --inplace"
 
 
 def test_without_torch_one_clear_line():
@@ -116,7 +131,7 @@ def test_shim_refused_under_another_torch():
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     why = (f"it was built against torch {torch.__version__} (C++11 ABI {abi}), "
            f"this is torch 2.14.1 (C++11 ABI {abi})")
-    fix = f"cd {REPO} && python setup.py build_ext --inplace"
+    fix = this_checkout_fix()
     assert why in warnings_[0] and warnings_[0].endswith(fix)
     assert lines[-1].startswith("CPU CPU memory profiling needs") and why in lines[-1]
 
