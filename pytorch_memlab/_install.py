@@ -1,8 +1,8 @@
 """How this copy of pytorch_memlab was installed, and the command that rebuilds it.
 
 The package is not on the package index under its name yet (``pytorch-memlab``
-there is the unrelated 0.3.2), so every hint must point back at the checkout
-or wheel this copy came from.  PEP 610's ``direct_url.json`` says which:
+there is the old 0.3.2, with another API), so every hint must point back at
+the checkout or wheel this copy came from.  PEP 610's ``direct_url.json`` says which:
 an editable install or a local folder (rebuild from that folder) or a wheel
 file (rebuild from the checkout it was built from; we cannot know where that
 is).  Running from a source tree without an install: build in place.
@@ -20,7 +20,7 @@ _PIP = "python -m pip install --no-build-isolation"
 
 
 def _direct_url() -> Optional[dict]:
-    """The installed distribution's direct_url.json if it is this copy, else None."""
+    """PEP 610 direct_url.json of the installed pytorch-memlab (whichever copy), or None."""
     try:
         from importlib.metadata import PackageNotFoundError, distribution
         dist = distribution("pytorch-memlab")
