@@ -26,10 +26,22 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS) + ["load_ipython_extension"]
 
 
+def _require(torch: bool = True) -> None:
+    """ImportError in one line if torch or the compiled tracer is missing."""
+    from pytorch_memlab._install import missing_requirement
+    problem = missing_requirement(torch)
+    if problem is not None:
+        raise ImportError(problem)
+
+
 def __getattr__(name: str) -> Any:
+    if name == "_tracer":  # `from pytorch_memlab import _tracer` before it is loaded
+        _require(torch=False)
+        return import_module("pytorch_memlab._tracer")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'pytorch_memlab' has no attribute {name!r}")
+    _require()
     value = getattr(import_module(module), name)
     globals()[name] = value
     return value

@@ -17,13 +17,26 @@ def _parser() -> "tuple[argparse.ArgumentParser, argparse.ArgumentParser]":
     return parser, run
 
 
+def _ready(torch: bool) -> bool:
+    """False, after one line on stderr, if torch or the compiled tracer is missing."""
+    from pytorch_memlab._install import missing_requirement
+    problem = missing_requirement(torch)
+    if problem is not None:
+        print(f"python -m pytorch_memlab: {problem}", file=sys.stderr)
+    return problem is None
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser, run = _parser()
     if argv and argv[0] == "run":
+        if not _ready(torch=True):
+            return 1
         from pytorch_memlab.cli import parse_run, run_command
         return run_command(parse_run(parser, run, argv))
     args = parser.parse_args(argv)
+    if not _ready(torch=args.command != "view"):
+        return 1
     if args.command == "demo":
         from pytorch_memlab._demo import run_demo
         run_demo(args.device)

@@ -15,7 +15,8 @@ import warnings
 from types import ModuleType
 from typing import Any, Optional
 
-REBUILD_COMMAND = "pip install --no-build-isolation --force-reinstall --no-deps pytorch-memlab"
+from pytorch_memlab._install import rebuild_command
+
 REQUIRE_SHIM_ENV = "PYTORCH_MEMLAB_REQUIRE_SHIM"
 KINDS = ("cuda", "cpu")
 
@@ -51,8 +52,20 @@ _warned = False
 
 
 def _import_shim() -> ModuleType:
-    import torch  # noqa: F401  libc10 must be loaded, its allocators registered
-    return importlib.import_module("pytorch_memlab._torchshim")
+    import torch  # libc10 must be loaded, its allocators registered
+    shim = importlib.import_module("pytorch_memlab._torchshim")
+    _check_built_for(shim, torch)
+    return shim
+
+
+def _check_built_for(shim: ModuleType, torch: ModuleType) -> None:
+    """ImportError unless the shim was compiled against this very torch."""
+    built = (getattr(shim, "TORCH_VERSION", "unknown"), getattr(shim, "TORCH_CXX11_ABI", -1))
+    running = (str(torch.__version__), int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))))
+    if built != running:
+        raise ImportError(
+            f"it was built against torch {built[0]} (C++11 ABI {built[1]}), "
+            f"this is torch {running[0]} (C++11 ABI {running[1]})")
 
 
 def _load_shim() -> tuple[Optional[ModuleType], Optional[BaseException]]:
@@ -91,7 +104,7 @@ def _warn_fallback(error: Optional[BaseException]) -> None:
     warnings.warn(
         f"pytorch_memlab: the compiled torch shim is unavailable ({error}); reading "
         "CUDA memory through torch._C._cuda_memoryStats instead, which is much slower "
-        f"per profiled line.  Rebuild it against the installed torch: {REBUILD_COMMAND}",
+        f"per profiled line.  Rebuild it against the installed torch: {rebuild_command()}",
         RuntimeWarning, stacklevel=3)
 
 
@@ -109,12 +122,12 @@ def get_source(kind: str) -> Any:
     if os.environ.get(REQUIRE_SHIM_ENV) == "1":
         raise ImportError(
             f"{REQUIRE_SHIM_ENV}=1 but the compiled torch shim is unavailable ({error}); "
-            f"rebuild it against the installed torch: {REBUILD_COMMAND}") from error
+            f"rebuild it against the installed torch: {rebuild_command()}") from error
     if kind == "cpu":
         raise RuntimeError(
             "CPU memory profiling needs the compiled torch shim "
             f"(pytorch_memlab._torchshim), which is unavailable ({error}); rebuild it "
-            f"against the installed torch: {REBUILD_COMMAND}") from error
+            f"against the installed torch: {rebuild_command()}") from error
     _warn_fallback(error)
     return CudaFallbackSource()
 

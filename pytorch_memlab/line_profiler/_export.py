@@ -245,7 +245,7 @@ def _pandas() -> Any:
         import pandas
     except ImportError as exc:
         raise ImportError("to_dataframe() needs pandas, which is not installed: "
-                          "pip install pandas (or pip install 'pytorch-memlab[pandas]')") from exc
+                          "pip install pandas") from exc
     return pandas
 
 

@@ -13,6 +13,16 @@
 #include <new>
 #include <vector>
 
+// The torch this shim was compiled against (setup.py defines both); the
+// loader (pytorch_memlab/_sources.py) refuses the shim under any other torch,
+// whose allocator layout may differ.
+#ifndef MEMLAB_TORCH_VERSION
+#define MEMLAB_TORCH_VERSION "unknown"
+#endif
+#ifndef MEMLAB_TORCH_CXX11_ABI
+#define MEMLAB_TORCH_CXX11_ABI -1
+#endif
+
 namespace memlab {
 
 void copy_error(char *err, int err_len, const char *msg) noexcept {
@@ -162,6 +172,10 @@ int shim_exec(PyObject *module) {
     if (add_capsule(module, "cpu_source", memlab::cpu_source()) < 0)
         return -1;
     if (PyModule_AddIntConstant(module, "ABI_VERSION", MEMLAB_SOURCE_ABI_VERSION) < 0)
+        return -1;
+    if (PyModule_AddStringConstant(module, "TORCH_VERSION", MEMLAB_TORCH_VERSION) < 0)
+        return -1;
+    if (PyModule_AddIntConstant(module, "TORCH_CXX11_ABI", MEMLAB_TORCH_CXX11_ABI) < 0)
         return -1;
     return 0;
 }

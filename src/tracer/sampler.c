@@ -18,8 +18,9 @@ capsule_source(PyObject *source)
     if (src->abi_version != MEMLAB_SOURCE_ABI_VERSION) {
         PyErr_Format(PyExc_ImportError,
                      "memory source ABI %d, tracer expects %d: rebuild pytorch_memlab "
-                     "(pip install --no-build-isolation --force-reinstall --no-deps "
-                     "pytorch-memlab)", src->abi_version, MEMLAB_SOURCE_ABI_VERSION);
+                     "from its checkout; this prints the exact command: python -c "
+                     "\"import pytorch_memlab._install as i; print(i.rebuild_command())\"",
+                     src->abi_version, MEMLAB_SOURCE_ABI_VERSION);
         return NULL;
     }
     return src;
