@@ -152,6 +152,8 @@ sampler_init(Sampler *s, PyObject *source, int device, PyObject *columns,
     PyObject *fields = PyTuple_GET_ITEM(info, 1);
     s->csource = PyCapsule_CheckExact(source) ? capsule_source(source) : NULL;
     s->owner = Py_NewRef(source);
+    s->push = s->csource != NULL && s->csource->read != NULL
+              && s->csource->open_reader != NULL && s->csource->close_reader != NULL;
     s->device = device;
     s->n_fields = (int)PyTuple_GET_SIZE(fields);
     s->growth_field = -1;
@@ -194,6 +196,12 @@ void
 sampler_dealloc(Sampler *s)
 {
     sampler_stop(s);
+    for (int r = 0; r < s->n_readers; r++) {
+        free(s->readers[r].last_counter);
+    }
+    free(s->readers);
+    s->readers = NULL;
+    s->n_readers = 0;
     Py_CLEAR(s->owner);
     free(s->carried); free(s->field_is_peak);
     s->carried = NULL; s->field_is_peak = NULL;
@@ -313,9 +321,119 @@ share_peaks(const Sampler *s)
     }
 }
 
+/* ---- push readers -------------------------------------------------------- */
+
+void
+sampler_release(Sampler *s, const void *thread)
+{
+    if (!s->push) {
+        return;
+    }
+    for (int r = 0; r < s->n_readers; r++) {
+        SamplerReader *rd = &s->readers[r];
+        if (rd->thread == thread && rd->reader >= 0) {
+            s->csource->close_reader(rd->device, rd->reader);
+            rd->reader = -1;
+        }
+    }
+}
+
+static void
+close_readers(Sampler *s)
+{
+    for (int r = 0; r < s->n_readers; r++) {
+        SamplerReader *rd = &s->readers[r];
+        if (rd->reader >= 0) {
+            s->csource->close_reader(rd->device, rd->reader);
+            rd->reader = -1;
+        }
+    }
+}
+
+/* `thread`'s reader slot, made if needed; NULL when out of memory. */
+static SamplerReader *
+reader_slot(Sampler *s, const void *thread)
+{
+    if (s->n_readers > 0 && s->readers[s->last_reader].thread == thread) {
+        return &s->readers[s->last_reader];
+    }
+    int idle = -1;
+    for (int r = 0; r < s->n_readers; r++) {
+        if (s->readers[r].thread == thread) {
+            s->last_reader = r;
+            return &s->readers[r];
+        }
+        if (idle < 0 && s->readers[r].reader < 0) {
+            idle = r;
+        }
+    }
+    if (idle < 0) {
+        SamplerReader *grown = realloc(s->readers, sizeof(SamplerReader) * (size_t)(s->n_readers + 1));
+        if (grown == NULL) {
+            return NULL;
+        }
+        s->readers = grown;
+        idle = s->n_readers;
+        grown[idle].last_counter = calloc((size_t)s->n_columns + 1, sizeof(int64_t));
+        if (grown[idle].last_counter == NULL) {
+            return NULL;
+        }
+        s->n_readers++;
+        grown[idle].reader = -1;
+    }
+    s->readers[idle].thread = thread;
+    s->last_reader = idle;
+    return &s->readers[idle];
+}
+
+/* Read through `thread`'s register, opening it (and taking the counters'
+ * baseline) on first use.  Returns 0, or -1. */
+static int
+push_take(Sampler *s, const void *thread, int64_t *interval)
+{
+    SamplerReader *rd = reader_slot(s, thread);
+    if (rd == NULL) {
+        return -1;
+    }
+    int own = thread == (const void *)PyThreadState_Get();
+    int fresh = rd->reader < 0;
+    if (fresh) {
+        rd->reader = s->csource->open_reader(s->device);
+        rd->device = s->device;
+        if (rd->reader < 0) {
+            return -1;
+        }
+    }
+    if (s->csource->read(s->device, rd->reader, s->reading) < 0) {
+        return -1;
+    }
+    for (int c = 0; c < s->n_columns; c++) {
+        int64_t v = s->reading[s->field_of[c]];
+        if (s->kinds[c] != COLUMN_COUNTER) {
+            interval[c] = v;
+            continue;
+        }
+        /* Counters are the calling thread's own: another thread's cannot be
+         * read from here, and a reused thread identity may start lower. */
+        if (fresh || !own || v < rd->last_counter[c]) {
+            interval[c] = 0;
+        }
+        else {
+            interval[c] = v - rd->last_counter[c];
+        }
+        if (own) {
+            rd->last_counter[c] = v;
+        }
+    }
+    return 0;
+}
+
 void
 sampler_stop(Sampler *s)
 {
+    if (s->push) {
+        close_readers(s);
+    }
     Sampler **link = &live_samplers;
     while (*link != NULL && *link != s) {
         link = &(*link)->next_live;
@@ -363,6 +481,21 @@ sampler_read_reset(Sampler *s)
     return rc;
 }
 
+static int
+push_start(Sampler *s)
+{
+    /* Readers open lazily on each thread's first event; a first reading
+     * gives the growth field's level.  Nothing is reset. */
+    close_readers(s);
+    if (s->csource->sample(s->device, s->reading) < 0) {
+        PyErr_Format(PyExc_RuntimeError, "cannot read device %d of the memory source",
+                     s->device);
+        return -1;
+    }
+    s->live = 1;
+    return 0;
+}
+
 int
 sampler_start(Sampler *s)
 {
@@ -380,6 +513,9 @@ sampler_start(Sampler *s)
             return -1;
         }
         Py_DECREF(r);
+    }
+    if (s->push) {
+        return push_start(s);
     }
     if (!s->live) {
         s->next_live = live_samplers;
@@ -401,8 +537,15 @@ sampler_start(Sampler *s)
 }
 
 int
-sampler_take(Sampler *s, int64_t *interval, int64_t *level)
+sampler_take(Sampler *s, const void *thread, int64_t *interval, int64_t *level)
 {
+    if (s->push) {
+        if (push_take(s, thread, interval) < 0) {
+            return -1;
+        }
+        *level = s->growth_field >= 0 ? s->reading[s->growth_field] : 0;
+        return 0;
+    }
     if (sampler_read(s) < 0) {
         return -1;
     }
