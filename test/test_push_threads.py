@@ -157,3 +157,20 @@ def test_profiling_leaves_users_peak_alone():
     with prof:
         churn(3)
     assert dict(zip(names, shim.sample("cpu", 0)))[PEAK] >= peak_before
+
+
+def test_info_names_source_and_path():
+    import pytorch_memlab
+    data = pytorch_memlab.info()
+    assert data["torch"] == torch.__version__
+    assert data["sources"]["cpu"] == {"source": "shim", "path": "push", "why": None}
+    assert data["sources"]["cuda"]["path"] in ("push", "poll")
+    assert shim.path("cpu") == "push"
+
+
+def test_info_command_prints_paths():
+    import subprocess
+    out = subprocess.run([sys.executable, "-m", "pytorch_memlab", "info"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "cpu: source shim, path push" in out
+    assert f"torch {torch.__version__}" in out
