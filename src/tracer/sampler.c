@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int python_values(Sampler *s, PyObject *values);
+
 /* ---- the source's identity -------------------------------------------- */
 
 static const memlab_source *
@@ -152,8 +154,16 @@ sampler_init(Sampler *s, PyObject *source, int device, PyObject *columns,
     PyObject *fields = PyTuple_GET_ITEM(info, 1);
     s->csource = PyCapsule_CheckExact(source) ? capsule_source(source) : NULL;
     s->owner = Py_NewRef(source);
-    s->push = s->csource != NULL && s->csource->read != NULL
-              && s->csource->open_reader != NULL && s->csource->close_reader != NULL;
+    if (s->csource != NULL) {
+        s->push = s->csource->read != NULL && s->csource->open_reader != NULL
+                  && s->csource->close_reader != NULL;
+    }
+    else {
+        /* A Python source pushes if it has all three reader methods. */
+        s->push = PyObject_HasAttrString(source, "open_reader")
+                  && PyObject_HasAttrString(source, "close_reader")
+                  && PyObject_HasAttrString(source, "read");
+    }
     s->device = device;
     s->n_fields = (int)PyTuple_GET_SIZE(fields);
     s->growth_field = -1;
@@ -256,18 +266,23 @@ sampler_growth_name(const Sampler *s)
 static int
 python_read(Sampler *s)
 {
+    PyObject *values = PyObject_CallMethod(s->owner, "sample", "i", s->device);
+    return values != NULL ? python_values(s, values) : -1;
+}
+
+/* values (a new reference, consumed) -> s->reading.  0, or -1 with an
+ * exception set. */
+static int
+python_values(Sampler *s, PyObject *values)
+{
     int ret = -1;
     PyObject *seq = NULL;
-    PyObject *values = PyObject_CallMethod(s->owner, "sample", "i", s->device);
-    if (values == NULL) {
-        return -1;
-    }
-    seq = PySequence_Fast(values, "sample() must return a sequence of ints");
+    seq = PySequence_Fast(values, "sample() / read() must return a sequence of ints");
     if (seq == NULL) {
         goto error;
     }
     if (PySequence_Fast_GET_SIZE(seq) != s->n_fields) {
-        PyErr_Format(PyExc_ValueError, "sample() returned %zd values for %d fields",
+        PyErr_Format(PyExc_ValueError, "sample() / read() returned %zd values for %d fields",
                      PySequence_Fast_GET_SIZE(seq), s->n_fields);
         goto error;
     }
@@ -323,6 +338,66 @@ share_peaks(const Sampler *s)
 
 /* ---- push readers -------------------------------------------------------- */
 
+/* The reader calls, for a capsule or a Python source.  A Python source's
+ * error is reported with sys.unraisablehook, never propagated. */
+static int
+src_open_reader(Sampler *s)
+{
+    if (s->csource != NULL) {
+        return s->csource->open_reader(s->device);
+    }
+    memlab_saved_exc saved;
+    memlab_save_exc(&saved);
+    int reader = -1;
+    PyObject *r = PyObject_CallMethod(s->owner, "open_reader", "i", s->device);
+    if (r != NULL) {
+        reader = PyLong_AsLong(r);
+        Py_DECREF(r);
+        if (reader == -1 && PyErr_Occurred()) {
+            reader = -1;
+        }
+    }
+    if (PyErr_Occurred()) {
+        PyErr_WriteUnraisable(s->owner);
+    }
+    memlab_restore_exc(&saved);
+    return reader < 0 ? -1 : reader;
+}
+
+static void
+src_close_reader(Sampler *s, int device, int reader)
+{
+    if (s->csource != NULL) {
+        s->csource->close_reader(device, reader);
+        return;
+    }
+    memlab_saved_exc saved;
+    memlab_save_exc(&saved);
+    PyObject *r = PyObject_CallMethod(s->owner, "close_reader", "ii", device, reader);
+    if (r == NULL) {
+        PyErr_WriteUnraisable(s->owner);
+    }
+    Py_XDECREF(r);
+    memlab_restore_exc(&saved);
+}
+
+static int
+src_read(Sampler *s, int reader)
+{
+    if (s->csource != NULL) {
+        return s->csource->read(s->device, reader, s->reading);
+    }
+    memlab_saved_exc saved;
+    memlab_save_exc(&saved);
+    PyObject *values = PyObject_CallMethod(s->owner, "read", "ii", s->device, reader);
+    int rc = values != NULL ? python_values(s, values) : -1;
+    if (rc < 0) {
+        PyErr_WriteUnraisable(s->owner);
+    }
+    memlab_restore_exc(&saved);
+    return rc;
+}
+
 void
 sampler_release(Sampler *s, const void *thread)
 {
@@ -332,7 +407,7 @@ sampler_release(Sampler *s, const void *thread)
     for (int r = 0; r < s->n_readers; r++) {
         SamplerReader *rd = &s->readers[r];
         if (rd->thread == thread && rd->reader >= 0) {
-            s->csource->close_reader(rd->device, rd->reader);
+            src_close_reader(s, rd->device, rd->reader);
             rd->reader = -1;
         }
     }
@@ -344,7 +419,7 @@ close_readers(Sampler *s)
     for (int r = 0; r < s->n_readers; r++) {
         SamplerReader *rd = &s->readers[r];
         if (rd->reader >= 0) {
-            s->csource->close_reader(rd->device, rd->reader);
+            src_close_reader(s, rd->device, rd->reader);
             rd->reader = -1;
         }
     }
@@ -398,13 +473,13 @@ push_take(Sampler *s, const void *thread, int64_t *interval)
     int own = thread == (const void *)PyThreadState_Get();
     int fresh = rd->reader < 0;
     if (fresh) {
-        rd->reader = s->csource->open_reader(s->device);
+        rd->reader = src_open_reader(s);
         rd->device = s->device;
         if (rd->reader < 0) {
             return -1;
         }
     }
-    if (s->csource->read(s->device, rd->reader, s->reading) < 0) {
+    if (src_read(s, rd->reader) < 0) {
         return -1;
     }
     for (int c = 0; c < s->n_columns; c++) {
@@ -487,7 +562,14 @@ push_start(Sampler *s)
     /* Readers open lazily on each thread's first event; a first reading
      * gives the growth field's level.  Nothing is reset. */
     close_readers(s);
-    if (s->csource->sample(s->device, s->reading) < 0) {
+    int rc;
+    if (s->csource != NULL) {
+        rc = s->csource->sample(s->device, s->reading);
+    }
+    else if ((rc = python_read(s)) < 0) {
+        PyErr_Clear();
+    }
+    if (rc < 0) {
         PyErr_Format(PyExc_RuntimeError, "cannot read device %d of the memory source",
                      s->device);
         return -1;
