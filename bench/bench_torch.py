@@ -21,6 +21,11 @@ What is measured (on CUDA when available, else on CPU with device='cpu'):
                   with ``step`` profiled by LineProfiler, over unprofiled;
                   blocks of steps on and off alternate, per-step medians (the
                   first step after each switch is not counted).
+  nested          bench_nested.py: TransformerEncoderLayer(512, 8, 2048)
+                  forward with forward, _sa_block, _ff_block and
+                  MultiheadAttention.forward profiled; us per line event with
+                  the CUDA source, the CPU source and a no-op LINE callback
+                  (the CPython floor), and their ratios over the floor.
   memory          host memory held after N line events, per event: ours over
                   1,000,000 events (RSS delta after gc), the old one over
                   20,000 (tracemalloc delta: its records are Python dicts).
@@ -46,6 +51,7 @@ import tracemalloc
 
 import torch
 
+import bench_nested  # noqa: E402  (bench/ is on sys.path when run as a script)
 import pytorch_memlab
 from pytorch_memlab import LineProfiler, clear_global_line_profiler, profile
 from pytorch_memlab import _tracer
@@ -551,8 +557,11 @@ def main():
     res["memory"] = section("memory", memory_all, env, args, old)
     sys.settrace(None)
     threading.settrace(None)
+    res["nested"] = section("nested", bench_nested.nested, env.dev, args.quick)
 
     print(table(env, res, old_why))
+    for r in bench_nested.rows(res["nested"]):
+        print(f"  {r[0]:<48} {r[1]:>9} us/event  {r[2]}")
     pl, un, tr, mem = res["per_line"], res["unrelated"], res["train"], res["memory"]
     summary = {
         "bench": "torch", "device": env.dev, "torch": torch.__version__,
@@ -571,6 +580,8 @@ def main():
                 else round(mem["old"]["bytes_per_event"], 1),
                 "mem_events": None if "old" not in mem else mem["old"]["events"]},
         "train_step_ms": round(tr["step_ms"], 3), "targets": TARGETS,
+        "nested_us_per_event": {k: round(v, 4) if isinstance(v, float) else v
+                                for k, v in res["nested"].items()},
     }
     print(json.dumps(summary), flush=True)
 

@@ -21,6 +21,7 @@ _EXPORTS = {
     "load": "pytorch_memlab.line_profiler",
     "MemReporter": "pytorch_memlab.mem_reporter",
     "Courtesy": "pytorch_memlab.courtesy",
+    "info": "pytorch_memlab._info",
 }
 
 __all__ = sorted(_EXPORTS) + ["load_ipython_extension"]

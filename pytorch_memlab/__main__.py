@@ -1,4 +1,4 @@
-"""Command line: ``python -m pytorch_memlab demo | run | view``."""
+"""Command line: ``python -m pytorch_memlab demo | run | view | info``."""
 import argparse
 import sys
 from typing import List, Optional
@@ -14,6 +14,7 @@ def _parser() -> "tuple[argparse.ArgumentParser, argparse.ArgumentParser]":
                       help="'cpu', 'cuda' or 'cuda:N' (default: CUDA if available, else CPU)")
     run = add_run_parser(commands)
     add_view_parser(commands)
+    commands.add_parser("info", help="which memory source and reading path each device uses")
     return parser, run
 
 
@@ -40,6 +41,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "demo":
         from pytorch_memlab._demo import run_demo
         run_demo(args.device)
+    elif args.command == "info":
+        from pytorch_memlab._info import format_info, info
+        print(format_info(info()))
     elif args.command == "view":
         from pytorch_memlab.cli import view_command
         return view_command(args)

@@ -9,6 +9,16 @@ A *source* is either a PyCapsule named "pytorch_memlab.memlab_source" holding a
     def sample(self, device: int) -> Sequence[int]   # len(fields) ints
     def reset_peaks(self, device: int) -> None
 
+and optionally the push path (all three, or the source is polled):
+
+    def open_reader(self, device: int) -> int        # a fresh peak register
+    def close_reader(self, device: int, reader: int) -> None
+    def read(self, device: int, reader: int) -> Sequence[int]
+        # like sample(), but "*.peak" is this reader's peak since its last read
+        # (then rearmed), "*.allocated"/"*.freed" the calling thread's own
+        # totals; nothing shared is reset.  One reader per thread's stack of
+        # profiled frames.
+
 How a column is aggregated is decided by its name's last dotted part:
   "peak"                -> per line execution: peak during the line; over executions: max
   "allocated" / "freed" -> counters: delta during the line; over executions: sum

@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-#define MEMLAB_SOURCE_ABI_VERSION 1
+#define MEMLAB_SOURCE_ABI_VERSION 2
 #define MEMLAB_SOURCE_CAPSULE "pytorch_memlab.memlab_source"
 
 /* One reader of allocator statistics for devices of one kind. */
@@ -35,6 +35,24 @@ typedef struct memlab_source {
     /* Reset every "*.peak" field of `device` to its "*.current" value.
      * Accumulated counters are left alone.  Returns 0 or -1. */
     int (*reset_peaks)(int device);
+
+    /* The push path; all three NULL when the source can only be polled.
+     *
+     * A reader is one thread's stack of profiled frames on one device.  It
+     * owns a peak register that every allocation raises, so no reader ever
+     * resets shared state (nor the user's own peak statistics).
+     *
+     * open_reader: a free register armed at the current levels; its id >= 0,
+     * or -1 when none is free (the caller then polls).  Control path.
+     * close_reader: give the register back.  Control path.
+     * read: like sample(), except that every "*.peak" field is this reader's
+     * peak since its previous read (the register is then rearmed at the
+     * current level), and every "*.allocated" / "*.freed" field counts only
+     * what the calling thread allocated / freed since it started.  Hot path,
+     * same rules as sample(). */
+    int (*open_reader)(int device);
+    void (*close_reader)(int device, int reader);
+    int (*read)(int device, int reader, int64_t *out);
 } memlab_source;
 
 #ifdef __cplusplus

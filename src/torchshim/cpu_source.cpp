@@ -14,6 +14,11 @@
 //                         nothing, so reserved == active
 // each with .current/.peak/.allocated/.freed.  Memory allocated before the
 // wrapper was installed is never counted, not even when freed.
+//
+// Push path (read()): every allocation raises the peak register of each
+// open reader, and counts into the allocating thread's own thread_local
+// allocated/freed totals.  A read rearms only its reader's register, so the
+// global peaks that sample() reports are never reset by profiling.
 #include "compat.h"
 #include "shim.h"
 
@@ -40,14 +45,8 @@ struct Counter {
     std::atomic<int64_t> allocated{0};
     std::atomic<int64_t> freed{0};
 
-    void increase(int64_t n) noexcept {
-        const int64_t now = current.fetch_add(n, std::memory_order_relaxed) + n;
-        allocated.fetch_add(n, std::memory_order_relaxed);
-        int64_t seen = peak.load(std::memory_order_relaxed);
-        while (now > seen &&
-               !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
-        }
-    }
+    // Returns the level this allocation reached.
+    int64_t increase(int64_t n) noexcept;
 
     void decrease(int64_t n) noexcept {
         current.fetch_sub(n, std::memory_order_relaxed);
@@ -59,6 +58,41 @@ struct Counter {
                    std::memory_order_relaxed);
     }
 };
+
+// One reader's peak register per quantity.  kMaxReaders bounds the work an
+// allocation does; a reader that finds none free falls back to polling.
+constexpr int kMaxReaders = 64;
+
+struct Register {
+    std::atomic<int64_t> bytes{0};
+    std::atomic<int64_t> blocks{0};
+};
+
+void raise_to(std::atomic<int64_t> &peak, int64_t now) noexcept {
+    int64_t seen = peak.load(std::memory_order_relaxed);
+    while (now > seen &&
+           !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+    }
+}
+
+int64_t Counter::increase(int64_t n) noexcept {
+    const int64_t now = current.fetch_add(n, std::memory_order_relaxed) + n;
+    allocated.fetch_add(n, std::memory_order_relaxed);
+    raise_to(peak, now);
+    return now;
+}
+
+// What the calling thread itself allocated and freed through the wrapper.
+// Only its own thread writes or reads it (read() runs on the reader's
+// thread), so plain integers suffice.
+struct ThreadTotals {
+    int64_t bytes_allocated = 0;
+    int64_t bytes_freed = 0;
+    int64_t blocks_allocated = 0;
+    int64_t blocks_freed = 0;
+};
+
+thread_local ThreadTotals t_totals;
 
 // One live block handed out by the wrapper.
 struct Block {
@@ -76,6 +110,20 @@ struct CpuState {
     std::unordered_map<void *, Block> live;
     Counter bytes;
     Counter blocks;
+    // Readers: bit i of `open` set means registers[i] is in use.  The
+    // allocation path only walks set bits.
+    std::atomic<uint64_t> open{0};
+    Register registers[kMaxReaders];
+
+    void raise_readers(int64_t b, int64_t n) noexcept {
+        uint64_t bits = open.load(std::memory_order_acquire);
+        while (bits != 0) {
+            const int i = __builtin_ctzll(bits);
+            bits &= bits - 1;
+            raise_to(registers[i].bytes, b);
+            raise_to(registers[i].blocks, n);
+        }
+    }
 };
 
 std::atomic<CpuState *> g_state{nullptr};
@@ -101,6 +149,8 @@ void counted_delete(void *ptr) {
     if (known) {
         state->bytes.decrease(static_cast<int64_t>(size));
         state->blocks.decrease(1);
+        t_totals.bytes_freed += static_cast<int64_t>(size);
+        t_totals.blocks_freed += 1;
     }
     deleter(ptr);
 }
@@ -123,9 +173,14 @@ void remember(CpuState *state, void *ptr, std::size_t size,
     if (stale.deleter != nullptr) {
         state->bytes.decrease(static_cast<int64_t>(stale.size));
         state->blocks.decrease(1);
+        t_totals.bytes_freed += static_cast<int64_t>(stale.size);
+        t_totals.blocks_freed += 1;
     }
-    state->bytes.increase(static_cast<int64_t>(size));
-    state->blocks.increase(1);
+    const int64_t b = state->bytes.increase(static_cast<int64_t>(size));
+    const int64_t n = state->blocks.increase(1);
+    t_totals.bytes_allocated += static_cast<int64_t>(size);
+    t_totals.blocks_allocated += 1;
+    state->raise_readers(b, n);
 }
 
 // The wrapper registered with c10::SetCPUAllocator.
@@ -294,6 +349,63 @@ int cpu_reset_peaks(int device) noexcept {
     return 0;
 }
 
+int cpu_open_reader(int device) noexcept {
+    CpuState *state = g_state.load(std::memory_order_acquire);
+    if (state == nullptr)
+        return -1;
+    uint64_t bits = state->open.load(std::memory_order_relaxed);
+    for (;;) {
+        if (bits == ~uint64_t{0})
+            return -1;
+        const int i = __builtin_ctzll(~bits);
+        // Arm before publishing, so the first allocation seen raises from here.
+        Register &r = state->registers[i];
+        r.bytes.store(state->bytes.current.load(std::memory_order_relaxed),
+                      std::memory_order_relaxed);
+        r.blocks.store(state->blocks.current.load(std::memory_order_relaxed),
+                       std::memory_order_relaxed);
+        if (state->open.compare_exchange_weak(bits, bits | (uint64_t{1} << i),
+                                              std::memory_order_acq_rel))
+            return i;
+    }
+}
+
+void cpu_close_reader(int device, int reader) noexcept {
+    CpuState *state = g_state.load(std::memory_order_acquire);
+    if (state == nullptr || reader < 0 || reader >= kMaxReaders)
+        return;
+    state->open.fetch_and(~(uint64_t{1} << reader), std::memory_order_acq_rel);
+}
+
+// This reader's peak since its last read, then rearm at the current level.
+// An allocation racing with the rearm either raised the register before the
+// exchange (counted now) or raises it after (counted next time).
+int64_t take_peak(std::atomic<int64_t> &reg, int64_t current) noexcept {
+    const int64_t peak = reg.exchange(current, std::memory_order_relaxed);
+    return peak > current ? peak : current;
+}
+
+int cpu_read(int device, int reader, int64_t *out) noexcept {
+    CpuState *state = g_state.load(std::memory_order_acquire);
+    if (state == nullptr || reader < 0 || reader >= kMaxReaders)
+        return -1;
+    const auto rel = std::memory_order_relaxed;
+    Register &r = state->registers[reader];
+    const int64_t bytes_now = state->bytes.current.load(rel);
+    const int64_t blocks_now = state->blocks.current.load(rel);
+    const ThreadTotals &mine = t_totals;
+    const int64_t bytes[4] = {mine.bytes_allocated, bytes_now, mine.bytes_freed,
+                              take_peak(r.bytes, bytes_now)};
+    // Order matches kFieldNames below.
+    std::memcpy(out + 0, bytes, sizeof bytes);                  // active_bytes
+    out[4] = mine.blocks_allocated;                             // allocation
+    out[5] = blocks_now;
+    out[6] = mine.blocks_freed;
+    out[7] = take_peak(r.blocks, blocks_now);
+    std::memcpy(out + 8, bytes, sizeof bytes);                  // reserved_bytes
+    return 0;
+}
+
 const char *const kFieldNames[] = {
     "active_bytes.all.allocated",   "active_bytes.all.current",
     "active_bytes.all.freed",       "active_bytes.all.peak",
@@ -311,6 +423,9 @@ const memlab_source kCpuSource = {
     cpu_prepare,
     cpu_sample,
     cpu_reset_peaks,
+    cpu_open_reader,
+    cpu_close_reader,
+    cpu_read,
 };
 
 }  // namespace

@@ -264,6 +264,9 @@ const CudaTable *build_table() {
     table->source.prepare = cuda_prepare;
     table->source.sample = cuda_sample;
     table->source.reset_peaks = cuda_reset_peaks;
+    table->source.open_reader = nullptr;   // polled: no push path yet
+    table->source.close_reader = nullptr;
+    table->source.read = nullptr;
     return table;
 }
 

@@ -144,6 +144,16 @@ PyObject *shim_fields(PyObject *self, PyObject *args) {
     return result;
 }
 
+PyObject *shim_path(PyObject *self, PyObject *args) {
+    const char *kind = nullptr;
+    if (!PyArg_ParseTuple(args, "s", &kind))
+        return nullptr;
+    const memlab_source *source = source_by_kind(kind);
+    if (source == nullptr)
+        return nullptr;
+    return PyUnicode_FromString(source->read != nullptr ? "push" : "poll");
+}
+
 // Adds `source` as attribute `name`.  A nullptr source (not built for this
 // torch) leaves the attribute absent.
 int add_capsule(PyObject *module, const char *name, const memlab_source *source) {
@@ -188,6 +198,9 @@ PyMethodDef shim_methods[] = {
      "sample(kind, device) -> tuple[int, ...]\n\nOne reading, in fields(kind) order."},
     {"reset_peaks", shim_reset_peaks, METH_VARARGS,
      "reset_peaks(kind, device) -> None\n\nSet every *.peak field to its *.current."},
+    {"path", shim_path, METH_VARARGS,
+     "path(kind) -> 'push' | 'poll'\n\nHow the tracer reads the source: per-thread "
+     "readers that never reset anything ('push'), or sample and reset peaks ('poll')."},
     {"fields", shim_fields, METH_VARARGS,
      "fields(kind) -> tuple[str, ...]\n\nField names of the 'cuda' or 'cpu' source."},
     {nullptr, nullptr, 0, nullptr},

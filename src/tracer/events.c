@@ -21,7 +21,7 @@ static int
 fold_interval(TracerObject *t, ThreadStack *stack, int64_t *level)
 {
     int n = t->sampler.n_columns;
-    if (sampler_take(&t->sampler, t->interval, level) < 0) {
+    if (sampler_take(&t->sampler, stack->thread, t->interval, level) < 0) {
         t->sample_errors++;
         return -1;
     }
@@ -129,6 +129,9 @@ tracer_on_leave(TracerObject *t, LineTable *table)
         int64_t end = read_ok ? level : stack->frames[top].start_level;
         commit_line(t, stack, top, end, -1);
         stack->depth--;
+    }
+    if (stack->depth == 0) {
+        sampler_release(&t->sampler, stack->thread);
     }
     END_EVENT(t)
 }

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int python_values(Sampler *s, PyObject *values);
+
 /* ---- the source's identity -------------------------------------------- */
 
 static const memlab_source *
@@ -153,6 +155,16 @@ sampler_init(Sampler *s, PyObject *source, int device, PyObject *columns,
     PyObject *fields = PyTuple_GET_ITEM(info, 1);
     s->csource = PyCapsule_CheckExact(source) ? capsule_source(source) : NULL;
     s->owner = Py_NewRef(source);
+    if (s->csource != NULL) {
+        s->push = s->csource->read != NULL && s->csource->open_reader != NULL
+                  && s->csource->close_reader != NULL;
+    }
+    else {
+        /* A Python source pushes if it has all three reader methods. */
+        s->push = PyObject_HasAttrString(source, "open_reader")
+                  && PyObject_HasAttrString(source, "close_reader")
+                  && PyObject_HasAttrString(source, "read");
+    }
     s->device = device;
     s->n_fields = (int)PyTuple_GET_SIZE(fields);
     s->growth_field = -1;
@@ -195,6 +207,12 @@ void
 sampler_dealloc(Sampler *s)
 {
     sampler_stop(s);
+    for (int r = 0; r < s->n_readers; r++) {
+        free(s->readers[r].last_counter);
+    }
+    free(s->readers);
+    s->readers = NULL;
+    s->n_readers = 0;
     Py_CLEAR(s->owner);
     free(s->carried); free(s->field_is_peak);
     s->carried = NULL; s->field_is_peak = NULL;
@@ -249,18 +267,23 @@ sampler_growth_name(const Sampler *s)
 static int
 python_read(Sampler *s)
 {
+    PyObject *values = PyObject_CallMethod(s->owner, "sample", "i", s->device);
+    return values != NULL ? python_values(s, values) : -1;
+}
+
+/* values (a new reference, consumed) -> s->reading.  0, or -1 with an
+ * exception set. */
+static int
+python_values(Sampler *s, PyObject *values)
+{
     int ret = -1;
     PyObject *seq = NULL;
-    PyObject *values = PyObject_CallMethod(s->owner, "sample", "i", s->device);
-    if (values == NULL) {
-        return -1;
-    }
-    seq = PySequence_Fast(values, "sample() must return a sequence of ints");
+    seq = PySequence_Fast(values, "sample() / read() must return a sequence of ints");
     if (seq == NULL) {
         goto error;
     }
     if (PySequence_Fast_GET_SIZE(seq) != s->n_fields) {
-        PyErr_Format(PyExc_ValueError, "sample() returned %zd values for %d fields",
+        PyErr_Format(PyExc_ValueError, "sample() / read() returned %zd values for %d fields",
                      PySequence_Fast_GET_SIZE(seq), s->n_fields);
         goto error;
     }
@@ -314,9 +337,179 @@ share_peaks(const Sampler *s)
     }
 }
 
+/* ---- push readers -------------------------------------------------------- */
+
+/* The reader calls, for a capsule or a Python source.  A Python source's
+ * error is reported with sys.unraisablehook, never propagated. */
+static int
+src_open_reader(Sampler *s)
+{
+    if (s->csource != NULL) {
+        return s->csource->open_reader(s->device);
+    }
+    memlab_saved_exc saved;
+    memlab_save_exc(&saved);
+    int reader = -1;
+    PyObject *r = PyObject_CallMethod(s->owner, "open_reader", "i", s->device);
+    if (r != NULL) {
+        reader = PyLong_AsLong(r);
+        Py_DECREF(r);
+        if (reader == -1 && PyErr_Occurred()) {
+            reader = -1;
+        }
+    }
+    if (PyErr_Occurred()) {
+        PyErr_WriteUnraisable(s->owner);
+    }
+    memlab_restore_exc(&saved);
+    return reader < 0 ? -1 : reader;
+}
+
+static void
+src_close_reader(Sampler *s, int device, int reader)
+{
+    if (s->csource != NULL) {
+        s->csource->close_reader(device, reader);
+        return;
+    }
+    memlab_saved_exc saved;
+    memlab_save_exc(&saved);
+    PyObject *r = PyObject_CallMethod(s->owner, "close_reader", "ii", device, reader);
+    if (r == NULL) {
+        PyErr_WriteUnraisable(s->owner);
+    }
+    Py_XDECREF(r);
+    memlab_restore_exc(&saved);
+}
+
+static int
+src_read(Sampler *s, int reader)
+{
+    if (s->csource != NULL) {
+        return s->csource->read(s->device, reader, s->reading);
+    }
+    memlab_saved_exc saved;
+    memlab_save_exc(&saved);
+    PyObject *values = PyObject_CallMethod(s->owner, "read", "ii", s->device, reader);
+    int rc = values != NULL ? python_values(s, values) : -1;
+    if (rc < 0) {
+        PyErr_WriteUnraisable(s->owner);
+    }
+    memlab_restore_exc(&saved);
+    return rc;
+}
+
+void
+sampler_release(Sampler *s, const void *thread)
+{
+    if (!s->push) {
+        return;
+    }
+    for (int r = 0; r < s->n_readers; r++) {
+        SamplerReader *rd = &s->readers[r];
+        if (rd->thread == thread && rd->reader >= 0) {
+            src_close_reader(s, rd->device, rd->reader);
+            rd->reader = -1;
+        }
+    }
+}
+
+static void
+close_readers(Sampler *s)
+{
+    for (int r = 0; r < s->n_readers; r++) {
+        SamplerReader *rd = &s->readers[r];
+        if (rd->reader >= 0) {
+            src_close_reader(s, rd->device, rd->reader);
+            rd->reader = -1;
+        }
+    }
+}
+
+/* `thread`'s reader slot, made if needed; NULL when out of memory. */
+static SamplerReader *
+reader_slot(Sampler *s, const void *thread)
+{
+    if (s->n_readers > 0 && s->readers[s->last_reader].thread == thread) {
+        return &s->readers[s->last_reader];
+    }
+    int idle = -1;
+    for (int r = 0; r < s->n_readers; r++) {
+        if (s->readers[r].thread == thread) {
+            s->last_reader = r;
+            return &s->readers[r];
+        }
+        if (idle < 0 && s->readers[r].reader < 0) {
+            idle = r;
+        }
+    }
+    if (idle < 0) {
+        SamplerReader *grown = realloc(s->readers, sizeof(SamplerReader) * (size_t)(s->n_readers + 1));
+        if (grown == NULL) {
+            return NULL;
+        }
+        s->readers = grown;
+        idle = s->n_readers;
+        grown[idle].last_counter = calloc((size_t)s->n_columns + 1, sizeof(int64_t));
+        if (grown[idle].last_counter == NULL) {
+            return NULL;
+        }
+        s->n_readers++;
+        grown[idle].reader = -1;
+    }
+    s->readers[idle].thread = thread;
+    s->last_reader = idle;
+    return &s->readers[idle];
+}
+
+/* Read through `thread`'s register, opening it (and taking the counters'
+ * baseline) on first use.  Returns 0, or -1. */
+static int
+push_take(Sampler *s, const void *thread, int64_t *interval)
+{
+    SamplerReader *rd = reader_slot(s, thread);
+    if (rd == NULL) {
+        return -1;
+    }
+    int own = thread == (const void *)PyThreadState_Get();
+    int fresh = rd->reader < 0;
+    if (fresh) {
+        rd->reader = src_open_reader(s);
+        rd->device = s->device;
+        if (rd->reader < 0) {
+            return -1;
+        }
+    }
+    if (src_read(s, rd->reader) < 0) {
+        return -1;
+    }
+    for (int c = 0; c < s->n_columns; c++) {
+        int64_t v = s->reading[s->field_of[c]];
+        if (s->kinds[c] != COLUMN_COUNTER) {
+            interval[c] = v;
+            continue;
+        }
+        /* Counters are the calling thread's own: another thread's cannot be
+         * read from here, and a reused thread identity may start lower. */
+        if (fresh || !own || v < rd->last_counter[c]) {
+            interval[c] = 0;
+        }
+        else {
+            interval[c] = v - rd->last_counter[c];
+        }
+        if (own) {
+            rd->last_counter[c] = v;
+        }
+    }
+    return 0;
+}
+
 void
 sampler_stop(Sampler *s)
 {
+    if (s->push) {
+        close_readers(s);
+    }
     Sampler **link = &live_samplers;
     while (*link != NULL && *link != s) {
         link = &(*link)->next_live;
@@ -364,6 +557,28 @@ sampler_read_reset(Sampler *s)
     return rc;
 }
 
+static int
+push_start(Sampler *s)
+{
+    /* Readers open lazily on each thread's first event; a first reading
+     * gives the growth field's level.  Nothing is reset. */
+    close_readers(s);
+    int rc;
+    if (s->csource != NULL) {
+        rc = s->csource->sample(s->device, s->reading);
+    }
+    else if ((rc = python_read(s)) < 0) {
+        PyErr_Clear();
+    }
+    if (rc < 0) {
+        PyErr_Format(PyExc_RuntimeError, "cannot read device %d of the memory source",
+                     s->device);
+        return -1;
+    }
+    s->live = 1;
+    return 0;
+}
+
 int
 sampler_start(Sampler *s)
 {
@@ -381,6 +596,9 @@ sampler_start(Sampler *s)
             return -1;
         }
         Py_DECREF(r);
+    }
+    if (s->push) {
+        return push_start(s);
     }
     if (!s->live) {
         s->next_live = live_samplers;
@@ -402,8 +620,15 @@ sampler_start(Sampler *s)
 }
 
 int
-sampler_take(Sampler *s, int64_t *interval, int64_t *level)
+sampler_take(Sampler *s, const void *thread, int64_t *interval, int64_t *level)
 {
+    if (s->push) {
+        if (push_take(s, thread, interval) < 0) {
+            return -1;
+        }
+        *level = s->growth_field >= 0 ? s->reading[s->growth_field] : 0;
+        return 0;
+    }
     if (sampler_read(s) < 0) {
         return -1;
     }

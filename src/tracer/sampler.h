@@ -6,12 +6,23 @@
 #include "linetable.h"
 #include "memlab/source.h"
 
-/* How a column's reading becomes an interval figure. */
+/* How a column's reading becomes an interval figure.  A push source reports
+ * each thread's own peak and counters, so no reading resets anything; a
+ * polled source resets its peaks on each sample. */
 typedef enum {
-    COLUMN_PEAK,      /* "*.peak": peak since the last reset; peaks reset each sample */
+    COLUMN_PEAK,      /* "*.peak": peak since this reader's previous reading */
     COLUMN_COUNTER,   /* "*.allocated" / "*.freed": delta since the last sample */
     COLUMN_LEVEL      /* anything else: the reading itself */
 } column_kind;
+
+/* One thread's reader of a push source: the source's peak register and the
+ * thread's counter readings at its previous read. */
+typedef struct {
+    const void *thread;            /* Borrowed, identity only: the PyThreadState */
+    int device;                    /* the device `reader` belongs to */
+    int reader;                    /* the source's register; -1 when closed */
+    int64_t *last_counter;         /* Owned. n_columns */
+} SamplerReader;
 
 typedef struct Sampler {
     const memlab_source *csource;  /* Borrowed: static storage in the shim. */
@@ -30,6 +41,10 @@ typedef struct Sampler {
     int64_t *carried;              /* Owned. n_fields: peaks a peer read (and reset)
                                       since our last reading */
     int has_carried;
+    int push;                      /* the source offers read(): readers, no resets */
+    SamplerReader *readers;        /* Owned. n_readers, for push sources */
+    int n_readers;
+    int last_reader;               /* index used last: a cache */
     struct Sampler *next_live;     /* Borrowed. started samplers, to share peaks */
     int live;
 } Sampler;
@@ -48,8 +63,13 @@ int sampler_start(Sampler *s);
 /* Control path: stop sharing readings (disable, dealloc). */
 void sampler_stop(Sampler *s);
 
-/* Hot path: interval figures into `interval`, growth field's level into
- * *level.  Never raises; returns -1 if the device could not be read. */
-int sampler_take(Sampler *s, int64_t *interval, int64_t *level);
+/* Hot path: interval figures of `thread`'s reader into `interval`, growth
+ * field's level into *level.  Only the calling thread's own counters can be
+ * read, so for another thread counters read 0.  Never raises; returns -1 if
+ * the device could not be read. */
+int sampler_take(Sampler *s, const void *thread, int64_t *interval, int64_t *level);
+
+/* `thread` has no profiled frame left: give its reader back. */
+void sampler_release(Sampler *s, const void *thread);
 
 #endif /* MEMLAB_SAMPLER_H */

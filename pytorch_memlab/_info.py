@@ -1,0 +1,60 @@
+"""``pytorch_memlab.info()``: which memory source and reading path each
+device kind uses, what the shim was built against, and why a fallback was
+chosen.  Never initialises CUDA."""
+from __future__ import annotations
+
+from typing import Any
+
+from pytorch_memlab import _sources
+
+_WHY_POLL = {
+    "cuda": "the shim's CUDA source has no push path yet: it samples getDeviceStats "
+            "and resets the device's peak statistics at every line event",
+    "cpu": "",
+}
+
+
+def info() -> dict[str, Any]:
+    """A dict: torch version, tracer mechanism, shim state and, per kind
+    ("cuda", "cpu"), the source ("shim" / "python fallback" / None), the path
+    ("push" / "poll") and the reason when it is not the push path."""
+    import torch
+
+    from pytorch_memlab import _tracer
+    shim, error = _sources._load_shim()
+    result: dict[str, Any] = {
+        "torch": torch.__version__,
+        "mechanism": _tracer.MECHANISM,
+        "shim": None if shim is None else getattr(shim, "__file__", "loaded"),
+        "shim_error": None if error is None else str(error),
+        "built_against": None if shim is None else getattr(shim, "TORCH_VERSION", None),
+        "sources": {},
+    }
+    for kind in _sources.KINDS:
+        capsule, why = _sources._shim_capsule(kind)
+        if capsule is not None and shim is not None:
+            path = shim.path(kind)
+            entry = {"source": "shim", "path": path,
+                     "why": None if path == "push" else _WHY_POLL[kind]}
+        elif kind == "cuda":
+            entry = {"source": "python fallback", "path": "poll",
+                     "why": f"the compiled shim is unavailable ({why}); "
+                            "torch._C._cuda_memoryStats is polled"}
+        else:
+            entry = {"source": None, "path": None,
+                     "why": f"CPU profiling needs the compiled shim ({why})"}
+        result["sources"][kind] = entry
+    return result
+
+
+def format_info(data: dict[str, Any]) -> str:
+    lines = [f"torch {data['torch']}, tracer mechanism {data['mechanism']}",
+             f"shim: {data['shim'] or 'not loaded: ' + str(data['shim_error'])}"]
+    if data["built_against"]:
+        lines.append(f"shim built against torch {data['built_against']}")
+    for kind, entry in data["sources"].items():
+        text = f"{kind}: source {entry['source']}, path {entry['path']}"
+        if entry["why"]:
+            text += f" ({entry['why']})"
+        lines.append(text)
+    return "\n".join(lines)

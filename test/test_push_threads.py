@@ -1,0 +1,182 @@
+"""Push-based accounting on CPU (issue 11): a line's peak is read from its own
+thread's peak register and its allocated / freed columns count only what its
+own thread did, so concurrent readers never reset or steal each other's bytes,
+and the allocator's own peak statistics are never reset by profiling."""
+import random
+import sys
+import threading
+import time
+
+import pytest
+from helpers import line_of
+
+torch = pytest.importorskip("torch")
+shim = pytest.importorskip("pytorch_memlab._torchshim")
+
+from pytorch_memlab import LineProfiler  # noqa: E402
+
+MiB = 1 << 20
+PEAK = "active_bytes.all.peak"
+ALLOC = "active_bytes.all.allocated"
+FREED = "active_bytes.all.freed"
+COLUMNS = [PEAK, ALLOC, FREED]
+
+
+def row(prof, func, text):
+    lineno = line_of(func, text)
+    for record in prof.stats(func):
+        if record["device"] == "cpu":
+            return next(line for line in record["lines"] if line["lineno"] == lineno)
+    raise AssertionError(func)
+
+
+def keep_and_temp(ready, proceed):
+    ready.set()  # before
+    proceed.wait(30)  # wait
+    # The sleeps hand the GIL to the spinning thread in the middle of the line.
+    x = (torch.empty(524288), time.sleep(0.02), torch.empty(262144), time.sleep(0.02))[2]  # keep 1 MiB, 2 MiB temporary
+    return x  # done
+
+
+def spin(until):
+    n = 0  # start
+    while not until.is_set():
+        n += 1  # spin
+    return n  # done
+
+
+@pytest.fixture
+def fast_switching():
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)   # interleave the two threads' line events
+    yield
+    sys.setswitchinterval(old)
+
+
+def run_worker_against_spinner(prof_worker, prof_main):
+    """Thread A runs keep_and_temp under prof_worker while the main thread
+    spins in a profiled loop under prof_main."""
+    ready, proceed, done = threading.Event(), threading.Event(), threading.Event()
+    kept = []
+
+    def worker():
+        with prof_worker:
+            kept.append(keep_and_temp(ready, proceed))
+        done.set()
+
+    with prof_main:
+        t = threading.Thread(target=worker)
+        t.start()
+        ready.wait(30)
+        proceed.set()
+        spin(done)
+    t.join()
+    return kept
+
+
+def check_worker_line(prof):
+    base = row(prof, keep_and_temp, "# wait")[PEAK]
+    line = row(prof, keep_and_temp, "# keep 1 MiB")
+    assert line["count"] == 1
+    assert line[PEAK] - base == 3 * MiB
+    assert line[ALLOC] == 3 * MiB
+    assert line[FREED] == 2 * MiB
+    assert line["net_growth"] == MiB
+
+
+def check_spin_took_nothing(prof):
+    """The spinning thread allocated nothing: none of A's bytes on its lines."""
+    lines = [line for rec in prof.stats(spin) if rec["device"] == "cpu"
+             for line in rec["lines"] if line["count"]]
+    assert len(lines) == 4
+    for line in lines:
+        assert (line[ALLOC], line[FREED]) == (0, 0), line
+
+
+def test_thread_line_exact_while_main_thread_profiled(fast_switching):
+    """The issue's case: one profiler, two threads."""
+    prof = LineProfiler(keep_and_temp, spin, device="cpu", columns=COLUMNS)
+    ready, proceed, done = threading.Event(), threading.Event(), threading.Event()
+    kept = []
+
+    def worker():
+        kept.append(keep_and_temp(ready, proceed))
+        done.set()
+
+    with prof:
+        t = threading.Thread(target=worker)
+        t.start()
+        ready.wait(30)
+        proceed.set()
+        spin(done)
+        t.join()
+    check_worker_line(prof)
+    check_spin_took_nothing(prof)
+
+
+def test_two_profilers_on_two_threads_each_exact(fast_switching):
+    prof_a = LineProfiler(keep_and_temp, device="cpu", columns=COLUMNS)
+    prof_b = LineProfiler(spin, device="cpu", columns=COLUMNS)
+    run_worker_against_spinner(prof_a, prof_b)
+    check_worker_line(prof_a)
+    check_spin_took_nothing(prof_b)
+
+
+def churn(seed):
+    rng = random.Random(seed)
+    live = []
+    for _ in range(200):
+        if live and rng.random() < 0.45:
+            live.pop(rng.randrange(len(live)))
+        else:
+            live.append(torch.empty(rng.randrange(1, 50_000)))
+    n = len(live)
+    live.clear()  # free the rest inside a profiled line
+    return n
+
+
+def test_counters_equal_allocators_own_after_random_run():
+    """Per-line allocated / freed summed over the run equal the counting
+    allocator's own totals over the same run (one thread)."""
+    cols = [ALLOC, FREED, "allocation.all.allocated", "allocation.all.freed"]
+    prof = LineProfiler(churn, device="cpu", columns=cols)
+    shim.prepare("cpu", 0)
+    names = shim.fields("cpu")
+    before = dict(zip(names, shim.sample("cpu", 0)))
+    with prof:
+        churn(7)
+    after = dict(zip(names, shim.sample("cpu", 0)))
+    lines = next(r for r in prof.stats(churn) if r["device"] == "cpu")["lines"]
+    for col in cols:
+        assert sum(line[col] or 0 for line in lines) == after[col] - before[col], col
+    assert after[ALLOC] - before[ALLOC] > 0
+
+
+def test_profiling_leaves_users_peak_alone():
+    """The allocator's global peak (what a user would read) is not reset."""
+    shim.prepare("cpu", 0)
+    names = shim.fields("cpu")
+    big = torch.empty(4 * MiB)   # 16 MiB, freed at once: raises the global peak
+    del big
+    peak_before = dict(zip(names, shim.sample("cpu", 0)))[PEAK]
+    prof = LineProfiler(churn, device="cpu")
+    with prof:
+        churn(3)
+    assert dict(zip(names, shim.sample("cpu", 0)))[PEAK] >= peak_before
+
+
+def test_info_names_source_and_path():
+    import pytorch_memlab
+    data = pytorch_memlab.info()
+    assert data["torch"] == torch.__version__
+    assert data["sources"]["cpu"] == {"source": "shim", "path": "push", "why": None}
+    assert data["sources"]["cuda"]["path"] in ("push", "poll")
+    assert shim.path("cpu") == "push"
+
+
+def test_info_command_prints_paths():
+    import subprocess
+    out = subprocess.run([sys.executable, "-m", "pytorch_memlab", "info"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "cpu: source shim, path push" in out
+    assert f"torch {torch.__version__}" in out
