@@ -47,7 +47,7 @@ def parse(size):
 
 def no_hook(*profilers):
     """No trace hook on this thread.  On 3.12+ a decorated function's profiler
-    stays on between calls (parked, see _parking), so disable those first."""
+    stays on between calls (see PARK_BETWEEN_CALLS), so disable those first."""
     assert sys.gettrace() is None
     if MONITORING:
         for prof in profilers:
@@ -115,6 +115,53 @@ def test_profile_bare_prints_at_exit(tmp_path):
     assert lines[6].split() == ["7", "def", "work():"]
     assert lines[7].split()[:5] == ["1.00M", first_reserved, "2.00M", "2", "8"]
     assert lines[8].split()[:5] == ["2.00M", "2.00M", "2.00M", "2", "9"]
+
+
+def test_suspended_generator_at_exit_prints_and_leaves_no_hook(tmp_path):
+    """A generator suspended at a yield keeps no hook on (settrace: unrelated
+    code would run under it), is in the exit table, and exit leaves no hook or
+    tool id (the check runs after the table: atexit runs last-in first-out)."""
+    out, err = run_script(tmp_path, """\
+        import atexit, gc, sys
+        import torch
+        from pytorch_memlab import _tracer, profile
+
+        def after_exit():
+            tools = ([sys.monitoring.get_tool(i) for i in range(6)]
+                     if sys.version_info >= (3, 12) else [])
+            print("after exit:", sys.gettrace(), "pytorch_memlab" in tools)
+
+        atexit.register(after_exit)
+
+        @profile(device="cpu")
+        def gen():
+            x = torch.ones(1024, 1024)  # one
+            yield x
+            y = torch.ones(2048, 1024)  # two
+            yield y
+            z = torch.ones(4096, 1024)  # never
+
+        kept = gen()
+        next(kept)
+        dropped = gen()
+        next(dropped)
+        next(dropped)
+        del dropped
+        gc.collect()
+        print("suspended:", sys.gettrace())
+        print("main done")
+        """)
+    first, _, table = out.partition("main done\n")
+    assert first == "suspended: None\n"
+    lines = table.splitlines()
+    assert lines[0] == "## gen", out
+    by_tag = {ln.split("# ")[-1]: ln.split()[:4] for ln in lines if "# " in ln}
+    # peak, reserved peak, net growth, count: "one" ran in both generators
+    # (4 MiB each, both alive), "two" (8 MiB) in the dropped one only
+    assert by_tag["one"] == ["8.00M", "8.00M", "8.00M", "2"]
+    assert by_tag["two"] == ["16.00M", "16.00M", "8.00M", "1"]
+    assert by_tag["never"][1] == "z"          # no figures: it never ran
+    assert lines[-1] == "after exit: None False"
 
 
 def test_profile_columns_positional_and_nested(tmp_path):
@@ -285,35 +332,6 @@ def test_clear_global_line_profiler(cpu_profile):
     assert row(cpu_profile(), deco_work, "# deco alloc")["count"] == 0
     deco_work(10)
     assert row(cpu_profile(), deco_work, "# deco alloc")["count"] == 1
-
-
-def test_parked_profilers_are_released_when_tool_ids_run_out(cpu_profile, monkeypatch):
-    from pytorch_memlab.line_profiler import profiler as profiler_module
-    monkeypatch.setattr(profiler_module, "PARK_BETWEEN_CALLS", True)
-    deco_work(10)
-    parked = cpu_profile()
-    assert parked.enabled                       # parked after the call
-
-    @profile_every(1, device="cpu")
-    def other():
-        return 1
-
-    prof = other.line_profiler
-    real_start, failures = prof._start, []
-
-    def start_once_out_of_ids():
-        if not failures:
-            failures.append(1)
-            raise RuntimeError("every sys.monitoring tool id from 2 to 5 is in use")
-        real_start()
-
-    monkeypatch.setattr(prof, "_start", start_once_out_of_ids)
-    other()
-    assert failures and not parked.enabled      # released, then the retry worked
-    assert prof.stats()[0]["lines"] is not None
-    prof.disable()
-    parked.disable()
-    assert sys.gettrace() is None
 
 
 # ---- profile_every ---------------------------------------------------------------------

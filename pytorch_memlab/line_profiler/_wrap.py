@@ -37,25 +37,17 @@ def _leave(profiler: LineProfiler, exc: Optional[BaseException],
 
 
 def wrap(func: Callable[..., Any], profiler: LineProfiler,
-         after_call: Optional[AfterCall] = None) -> Callable[..., Any]:
+         after_call: Optional[AfterCall] = None,
+         after_step: Optional[Callable[[], None]] = None) -> Callable[..., Any]:
     """A wrapper of ``func`` (plain, generator or coroutine function) that turns
-    ``profiler`` on around each call."""
+    ``profiler`` on around each call; for a generator, around each step (see
+    ``_wrap_generator``), ``after_step`` running after each outermost one that
+    yields."""
     def finish(exc: Optional[BaseException]) -> None:
         _leave(profiler, exc, after_call)
 
     if inspect.isgeneratorfunction(func):
-        @functools.wraps(func)
-        def gen_wrapper(*args: Any, **kwargs: Any) -> Any:
-            _enter(profiler)
-            exc: Optional[BaseException] = None
-            try:
-                return (yield from func(*args, **kwargs))
-            except BaseException as e:
-                exc = e
-                raise
-            finally:
-                finish(exc)
-        return gen_wrapper
+        return _wrap_generator(func, profiler, after_call, after_step)
 
     if inspect.iscoroutinefunction(func):
         @functools.wraps(func)
@@ -85,8 +77,51 @@ def wrap(func: Callable[..., Any], profiler: LineProfiler,
     return wrapper
 
 
-def wrap_any(obj: Any, profiler: LineProfiler, after_call: Optional[AfterCall] = None) -> Any:
+def _wrap_generator(func: Callable[..., Any], profiler: LineProfiler,
+                    after_call: Optional[AfterCall],
+                    after_step: Optional[Callable[[], None]]) -> Callable[..., Any]:
+    """The profiler is on while the generator runs, not while it is suspended:
+    a generator left suspended (never exhausted, alive at exit) must not keep
+    the hook on for the rest of the program.  ``yield from`` would keep it on,
+    so the steps (send / throw / close) are driven here, as PEP 380 does."""
+    def step(method: Callable[..., Any], arg: Any, last: bool = False) -> Any:
+        _enter(profiler)
+        try:
+            value = method(arg)
+        except StopIteration:
+            _leave(profiler, None, after_call)
+            raise
+        except BaseException as exc:
+            _leave(profiler, exc, after_call)
+            raise
+        if last:
+            _leave(profiler, None, after_call)
+        elif profiler._exit_call() and after_step is not None:
+            after_step()
+        return value
+
+    @functools.wraps(func)
+    def gen_wrapper(*args: Any, **kwargs: Any) -> Any:
+        gen = func(*args, **kwargs)
+        method, arg = gen.send, None
+        while True:
+            try:
+                value = step(method, arg)
+            except StopIteration as stop:
+                return stop.value
+            try:
+                method, arg = gen.send, (yield value)
+            except GeneratorExit:
+                step(lambda _: gen.close(), None, last=True)   # finally blocks run profiled
+                raise
+            except BaseException as exc:
+                method, arg = gen.throw, exc
+    return gen_wrapper
+
+
+def wrap_any(obj: Any, profiler: LineProfiler, after_call: Optional[AfterCall] = None,
+             after_step: Optional[Callable[[], None]] = None) -> Any:
     """``wrap`` that keeps a staticmethod / classmethod what it was."""
     if isinstance(obj, (staticmethod, classmethod)):
-        return type(obj)(wrap(obj.__func__, profiler, after_call))
-    return wrap(obj, profiler, after_call)
+        return type(obj)(wrap(obj.__func__, profiler, after_call, after_step))
+    return wrap(obj, profiler, after_call, after_step)

@@ -6,12 +6,12 @@ import threading
 import types
 from typing import IO, TYPE_CHECKING, Any, Callable, Optional, Union
 
+from .. import _tracer
 from ._columns import ColumnsArg, normalize_columns, pick_columns
 from ._devices import DeviceArg, add_follower, note_cpu_fallback, resolve_devices
 from ._display import ProfileDisplay
 from ._export import export_data, records_dataframe, save_data
 from ._functions import FunctionEntry, matches_any, resolve_function
-from ._parking import PARK_BETWEEN_CALLS, park, release_idle, unpark
 from ._stats import FunctionRecord, Raised, build_records, ran
 from ._timeline import Timeline
 from ._tracerset import TracerSet
@@ -20,6 +20,14 @@ if TYPE_CHECKING:
     import os
 
     import pandas
+
+# Between decorated calls: with PyEval_SetTrace (<= 3.11, or forced) the hook
+# slows the whole thread, so it is switched off when the last call returns.
+# With sys.monitoring a tracer left on costs nothing on unregistered code,
+# while switching it off and on around each call makes CPython re-instrument
+# every code object that runs afterwards, so there it stays on until
+# disable() or interpreter exit (all tracers share one tool id).
+PARK_BETWEEN_CALLS = _tracer.MECHANISM == "monitoring"
 
 
 class LineProfiler:
@@ -51,6 +59,7 @@ class LineProfiler:
         self._explicit = False     # enable() was called by the user
         self._timeline = Timeline()   # filled by profile_every, one row per call
         self._printed: Optional[list[FunctionRecord]] = None   # see _rotate
+        self._shut_down = False    # interpreter exit: decorated calls stay unprofiled
         if any(slot.follows_target for slot in slots):
             add_follower(self)
         for func in functions:
@@ -124,7 +133,6 @@ class LineProfiler:
         """Stop profiling; lines still running are committed and no hook is
         left.  While a decorated call runs (``profile``) it stays on until the
         call returns."""
-        unpark(self)
         with self._lock:
             self._explicit = False
             if self._calls == 0:
@@ -166,22 +174,13 @@ class LineProfiler:
         return self._timeline.rows()
 
     # Decorated calls turn the profiler on while any of them runs (any thread);
-    # between calls it is switched off or parked (see _parking).
+    # between calls it is switched off or stays on (see PARK_BETWEEN_CALLS).
     def _enter_call(self) -> None:
-        try:
-            self._enter_locked()
-        except RuntimeError:
-            # out of sys.monitoring tool ids: free those of idle profilers
-            if not release_idle(self):
-                raise
-            self._enter_locked()
-        self._depth.value = getattr(self._depth, "value", 0) + 1
-
-    def _enter_locked(self) -> None:
         with self._lock:
-            if self._calls == 0 and not self.enabled:
+            if self._calls == 0 and not self.enabled and not self._shut_down:
                 self._start()
             self._calls += 1
+        self._depth.value = getattr(self._depth, "value", 0) + 1
 
     def _exit_call(self) -> bool:
         """True when this ends the outermost decorated call of this thread."""
@@ -189,16 +188,18 @@ class LineProfiler:
         with self._lock:
             self._calls -= 1
             if self._calls == 0 and not self._explicit:
-                if PARK_BETWEEN_CALLS:
-                    park(self)
-                else:
+                if not PARK_BETWEEN_CALLS:
                     self._tracers.disable()
         return bool(self._depth.value == 0)
 
-    def _stop_if_idle(self) -> None:
+    def _shutdown(self) -> None:
+        """Interpreter exit: off even if a decorated call is still running (a
+        coroutine never finished), committing its open lines; a generator
+        closed later in the exit runs unprofiled (imports fail by then)."""
         with self._lock:
-            if self._calls == 0 and not self._explicit:
-                self._tracers.disable()
+            self._shut_down = True
+            self._explicit = False
+            self._tracers.disable()
 
     def _retarget(self, index: int) -> None:
         with self._lock:
