@@ -4,6 +4,7 @@ Tests that look at what is printed at interpreter exit run a fresh
 interpreter on a script file; the rest run here with device='cpu'."""
 import asyncio
 import inspect
+import io
 import subprocess
 import sys
 import textwrap
@@ -294,6 +295,29 @@ def test_generator_and_coroutine(cpu_profile):
     assert row(prof, chunks, "# yield line")["count"] >= 3
     assert row(prof, coro, "# before await")["net_growth"] == MiB
     assert row(prof, coro, "# after await")["count"] == 1
+
+
+def test_closure_recreated_on_each_call_is_one_record(cpu_profile):
+    def outer(n):
+        @profile(device="cpu")
+        def inner():
+            x = torch.empty(n)  # closure alloc
+            return x.numel()
+        return inner()
+
+    for _ in range(50):
+        outer(262144)
+    records = cpu_profile().stats()
+    assert [r["qualname"] for r in records].count(
+        "test_closure_recreated_on_each_call_is_one_record.<locals>.outer.<locals>.inner") == 1
+    inner_record = next(r for r in records if r["qualname"].endswith("outer.<locals>.inner"))
+    line = next(ln for ln in inner_record["lines"] if "# closure alloc" in ln["code"])
+    assert line["count"] == 50
+    assert line["net_growth"] == 50 * MiB    # each x outlives its line
+    out = io.StringIO()
+    cpu_profile().print_stats(stream=out)
+    assert out.getvalue().count("outer.<locals>.inner") == 1
+    assert len(cpu_profile().functions) == len(records)
 
 
 def test_thread_started_before_and_after(cpu_profile):

@@ -82,9 +82,8 @@ class FunctionEntry:
             target = resolve_function(selector)
         except TypeError:
             return False
-        if self.func is not None:
-            return target is self.func
-        return target.__code__ in self.codes
+        # a closure made again matches by its code (see add_function)
+        return target is self.func or target.__code__ in self.codes
 
 
 def code_qualname(code: types.CodeType) -> str:

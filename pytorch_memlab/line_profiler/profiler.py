@@ -73,7 +73,10 @@ class LineProfiler:
         ``functools.wraps`` wrapper (the wrapped function)."""
         target = resolve_function(func)
         with self._lock:
-            if any(entry.func is target for entry in self._entries):
+            # one code object is one record: a closure re-created (and
+            # decorated) on each call of its outer function is registered once
+            if any(entry.func is target or target.__code__ in entry.codes
+                   for entry in self._entries):
                 return
             entry = FunctionEntry(target)
             self._entries.append(entry)
