@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
 from typing import Any, Callable, Optional
 
 from .. import _tracer
+from ._functions import resolve_function
 from .profiler import LineProfiler
 
 # Runs after each outermost call of a thread, with the exception that escaped.
 AfterCall = Callable[[Optional[BaseException]], None]
 
 
-def _enter(profiler: LineProfiler) -> None:
-    profiler._enter_call()
+def _enter(profiler: LineProfiler, code: Optional[types.CodeType] = None) -> None:
+    profiler._enter_call(code)   # code: counted, to tell when its lines were not traced
     if _tracer.MECHANISM == "settrace":
         _tracer.install_thread_hook()   # threads that existed before enable()
 
@@ -46,13 +48,14 @@ def wrap(func: Callable[..., Any], profiler: LineProfiler,
     def finish(exc: Optional[BaseException]) -> None:
         _leave(profiler, exc, after_call)
 
+    code = resolve_function(func).__code__
     if inspect.isgeneratorfunction(func):
-        return _wrap_generator(func, profiler, after_call, after_step)
+        return _wrap_generator(func, profiler, after_call, after_step, code)
 
     if inspect.iscoroutinefunction(func):
         @functools.wraps(func)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            _enter(profiler)
+            _enter(profiler, code)
             exc: Optional[BaseException] = None
             try:
                 return await func(*args, **kwargs)
@@ -65,7 +68,7 @@ def wrap(func: Callable[..., Any], profiler: LineProfiler,
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        _enter(profiler)
+        _enter(profiler, code)
         exc: Optional[BaseException] = None
         try:
             return func(*args, **kwargs)
@@ -79,13 +82,15 @@ def wrap(func: Callable[..., Any], profiler: LineProfiler,
 
 def _wrap_generator(func: Callable[..., Any], profiler: LineProfiler,
                     after_call: Optional[AfterCall],
-                    after_step: Optional[Callable[[], None]]) -> Callable[..., Any]:
+                    after_step: Optional[Callable[[], None]],
+                    code: types.CodeType) -> Callable[..., Any]:
     """The profiler is on while the generator runs, not while it is suspended:
     a generator left suspended (never exhausted, alive at exit) must not keep
     the hook on for the rest of the program.  ``yield from`` would keep it on,
     so the steps (send / throw / close) are driven here, as PEP 380 does."""
-    def step(method: Callable[..., Any], arg: Any, last: bool = False) -> Any:
-        _enter(profiler)
+    def step(method: Callable[..., Any], arg: Any, last: bool = False,
+             first: bool = False) -> Any:
+        _enter(profiler, code if first else None)
         try:
             value = method(arg)
         except StopIteration:
@@ -103,10 +108,11 @@ def _wrap_generator(func: Callable[..., Any], profiler: LineProfiler,
     @functools.wraps(func)
     def gen_wrapper(*args: Any, **kwargs: Any) -> Any:
         gen = func(*args, **kwargs)
-        method, arg = gen.send, None
+        method, arg, first = gen.send, None, True
         while True:
             try:
-                value = step(method, arg)
+                value = step(method, arg, first=first)
+                first = False
             except StopIteration as stop:
                 return stop.value
             try:

@@ -9,9 +9,9 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Optional, Union
 from .. import _tracer
 from ._columns import ColumnsArg, normalize_columns, pick_columns
 from ._devices import DeviceArg, add_follower, note_cpu_fallback, resolve_devices
-from ._display import ProfileDisplay
+from ._display import ProfileDisplay, untraced_note
 from ._export import export_data, records_dataframe, save_data
-from ._functions import FunctionEntry, matches_any, resolve_function
+from ._functions import FunctionEntry, compiled_by_dynamo, matches_any, resolve_function
 from ._stats import FunctionRecord, Raised, build_records, ran
 from ._timeline import Timeline
 from ._tracerset import TracerSet
@@ -60,6 +60,7 @@ class LineProfiler:
         self._timeline = Timeline()   # filled by profile_every, one row per call
         self._printed: Optional[list[FunctionRecord]] = None   # see _rotate
         self._shut_down = False    # interpreter exit: decorated calls stay unprofiled
+        self._called: dict[types.CodeType, int] = {}   # decorated calls, per function
         if any(slot.follows_target for slot in slots):
             add_follower(self)
         for func in functions:
@@ -72,13 +73,16 @@ class LineProfiler:
         classmethod, ``torch.nn.Module`` (its ``forward``) or a
         ``functools.wraps`` wrapper (the wrapped function)."""
         target = resolve_function(func)
+        compiled = compiled_by_dynamo(func)
         with self._lock:
             # one code object is one record: a closure re-created (and
             # decorated) on each call of its outer function is registered once
-            if any(entry.func is target or target.__code__ in entry.codes
-                   for entry in self._entries):
-                return
+            for entry in self._entries:
+                if entry.func is target or target.__code__ in entry.codes:
+                    entry.compiled |= compiled
+                    return
             entry = FunctionEntry(target)
+            entry.compiled = compiled
             self._entries.append(entry)
             self._tracers.add_code(target.__code__)
 
@@ -156,6 +160,7 @@ class LineProfiler:
             self._tracers.clear()
             self._raised.clear()
             self._timeline.clear()
+            self._called.clear()
             self._printed = None
 
     def _rotate(self) -> None:
@@ -165,6 +170,7 @@ class LineProfiler:
             self._printed = self.stats()
             self._tracers.clear()
             self._raised.clear()
+            self._called.clear()
 
     def _record_execution(self) -> None:
         """Append each device's active and reserved bytes to the timeline."""
@@ -178,8 +184,10 @@ class LineProfiler:
 
     # Decorated calls turn the profiler on while any of them runs (any thread);
     # between calls it is switched off or stays on (see PARK_BETWEEN_CALLS).
-    def _enter_call(self) -> None:
+    def _enter_call(self, code: Optional[types.CodeType] = None) -> None:
         with self._lock:
+            if code is not None:
+                self._called[code] = self._called.get(code, 0) + 1
             if self._calls == 0 and not self.enabled and not self._shut_down:
                 self._start()
             self._calls += 1
@@ -232,10 +240,27 @@ class LineProfiler:
             return build_records(entries, self._tracers.labels(), self._tracers.stats(),
                                  self.columns, shown, self._raised)
 
+    def _untraced_notes(self, entries: list[FunctionEntry],
+                        records: list[FunctionRecord]) -> list[str]:
+        """Why a function that ran, or was compiled, has no traced line."""
+        traced = {(r["filename"], r["first_line"]) for r in records if ran(r)}
+        notes = []
+        for entry in entries:
+            code = entry.codes[0]
+            if (code.co_filename, code.co_firstlineno) in traced:
+                continue
+            calls = sum(self._called.get(c, 0) for c in entry.codes)
+            if entry.compiled or calls:
+                notes.append(untraced_note(entry.qualname, calls, entry.compiled))
+        return notes
+
     def display(self, func: Any = None, columns: ColumnsArg = None) -> ProfileDisplay:
         """A table of ``func`` (a function, a qualname, a list of them; None: all)
         that renders as HTML in notebooks and as text with ``print``/``repr``."""
-        return ProfileDisplay(self.stats(func, columns))
+        records = self.stats(func, columns)
+        with self._lock:
+            entries = [e for e in self._entries if matches_any(e, func)]
+            return ProfileDisplay(records, self._untraced_notes(entries, records))
 
     def print_stats(self, func: Any = None, columns: ColumnsArg = None,
                     stream: Optional[IO[str]] = None) -> None:
