@@ -3,25 +3,32 @@
 #   make check   from a clean checkout: make the environments below, then
 #                test and asan (what .ci/run runs)
 #   make build   build the extensions in place for every Python below
-#   make test    the full suite on $(PYTHON); the tracer tests on each of
-#                $(TRACER_PYTHONS), once per mechanism
+#   make test    the whole suite with torch on $(PYTHON) and on each of
+#                $(TORCH_PYTHONS) (there once per tracer mechanism); the
+#                tracer tests on each of $(TRACER_PYTHONS), once per mechanism
 #   make asan    the tracer built with AddressSanitizer into $(ASAN_DIR) (the
 #                in-place build is left alone), its tests run against it
 #   make bench   bench/bench_tracer.py --all on every Python
 #
-# PYTHON has torch and runs everything; TRACER_PYTHONS have no torch and run
-# test/test_tracer*.py only.  Override either: make test PYTHON=python3.11
+# PYTHON (3.11, the CPU torch pinned in TORCH_SPEC) and TORCH_PYTHONS (3.12,
+# 3.13: the ordinary torch wheel from the package index, run on the CPU) run
+# everything; TRACER_PYTHONS have no torch and run test/test_tracer*.py only.
+# Override any: make test PYTHON=python3.11 TORCH_PYTHONS= TRACER_PYTHONS=
+# Each suite runs on PYTEST_JOBS processes (pytest-xdist; 1: without it).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
 PYTHON ?= .venv/bin/python
-TRACER_PYTHONS ?= $(sort $(wildcard .venv-3.*/bin/python))
-ALL_PYTHONS := $(PYTHON) $(TRACER_PYTHONS)
+TORCH_PYTHONS ?= $(wildcard .venv-3.12/bin/python .venv-3.13/bin/python)
+TRACER_PYTHONS ?= $(wildcard .venv-3.9/bin/python .venv-3.10/bin/python)
+ALL_PYTHONS := $(PYTHON) $(TORCH_PYTHONS) $(TRACER_PYTHONS)
 # absolute paths (asan runs from inside its tree); bare names stay on PATH
 ALL_PYTHONS_ABS = $(foreach p,$(ALL_PYTHONS),$(if $(findstring /,$(p)),$(abspath $(p)),$(p)))
 TRACER_TESTS := $(wildcard test/test_tracer*.py)
 PYTEST_FLAGS ?= -q -p no:cacheprovider
+PYTEST_JOBS ?= 2
+XDIST = $(if $(filter-out 0 1,$(PYTEST_JOBS)),-n $(PYTEST_JOBS))
 
 ASAN_DIR ?= build/asan
 ASAN_EXAMPLES ?= 60
@@ -30,6 +37,8 @@ LIBASAN = $(shell gcc -print-file-name=libasan.so)
 # $(call mechanisms,PY): the tracer mechanisms that interpreter offers
 mechanisms = $$($(1) -c 'import sys; print("monitoring settrace" if sys.version_info >= (3, 12) else "settrace")')
 
+PY39 ?= $(or $(lastword $(wildcard $(HOME)/.pyenv/versions/3.9*/bin/python3)),$(shell command -v python3.9))
+PY310 ?= $(or $(lastword $(wildcard $(HOME)/.pyenv/versions/3.10*/bin/python3)),$(shell command -v python3.10))
 PY311 ?= $(or $(lastword $(wildcard $(HOME)/.pyenv/versions/3.11*/bin/python3)),$(shell command -v python3.11))
 PY312 ?= $(or $(lastword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3)),$(shell command -v python3.12))
 PY313 ?= $(or $(lastword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3)),$(shell command -v python3.13))
@@ -38,43 +47,65 @@ TORCH_SPEC ?= torch==2.13.0
 .PHONY: check venvs build test smoke asan bench clean-asan
 
 check: venvs
-	$(MAKE) test asan TRACER_PYTHONS=".venv-3.12/bin/python .venv-3.13/bin/python"
+	$(MAKE) test asan PYTHON=.venv/bin/python \
+	    TORCH_PYTHONS=".venv-3.12/bin/python .venv-3.13/bin/python" \
+	    TRACER_PYTHONS=".venv-3.9/bin/python .venv-3.10/bin/python"
 
-venvs: .venv/.installed .venv-3.12/.installed .venv-3.13/.installed
+venvs: .venv/.installed .venv-3.12/.installed .venv-3.13/.installed \
+    .venv-3.9/.installed .venv-3.10/.installed
 
-# torch (the CPU build pinned in TORCH_SPEC) first: the shim compiles against it
+# $(call torch_venv,DIR,PYTHON,TORCH): torch first (the shim compiles against
+# it), then the package with its test extras
+define torch_venv
+test -n "$(2)" || { echo "python for $(1) not found"; exit 1; }
+$(2) -m venv $(1)
+$(1)/bin/python -m pip install -q --upgrade pip setuptools wheel
+$(1)/bin/python -m pip install -q "$(3)"
+MEMLAB_WERROR=1 $(1)/bin/python -m pip install -q --no-build-isolation -e ".[test]" pytest-xdist
+touch $(1)/.installed
+endef
+
+# 3.11: the CPU build pinned in TORCH_SPEC; 3.12, 3.13: the ordinary wheel
 .venv/.installed: pyproject.toml setup.py
-	test -n "$(PY311)" || { echo "python3.11 not found"; exit 1; }
-	$(PY311) -m venv .venv
-	.venv/bin/python -m pip install -q --upgrade pip setuptools wheel
-	.venv/bin/python -m pip install -q "$(TORCH_SPEC)"
-	MEMLAB_WERROR=1 .venv/bin/python -m pip install -q --no-build-isolation -e ".[test]"
-	touch $@
+	$(call torch_venv,.venv,$(PY311),$(TORCH_SPEC))
 
-.venv-%/.installed:
+.venv-3.12/.installed .venv-3.13/.installed: .venv-%/.installed: pyproject.toml setup.py
+	$(call torch_venv,.venv-$*,$(PY$(subst .,,$*)),torch)
+
+.venv-3.9/.installed .venv-3.10/.installed: .venv-%/.installed:
 	py="$(PY$(subst .,,$*))"; test -n "$$py" || { echo "python$* not found"; exit 1; }; \
 	    $$py -m venv .venv-$*
-	.venv-$*/bin/python -m pip install -q setuptools wheel pytest hypothesis
+	.venv-$*/bin/python -m pip install -q setuptools wheel pytest hypothesis pytest-xdist
 	touch $@
 
 build:
-	MEMLAB_WERROR=1 $(PYTHON) setup.py -q build_ext --inplace
+	for py in $(PYTHON) $(TORCH_PYTHONS); do \
+	    MEMLAB_WERROR=1 $$py setup.py -q build_ext --inplace; \
+	done
 	for py in $(TRACER_PYTHONS); do \
 	    MEMLAB_WERROR=1 MEMLAB_NO_TORCHSHIM=1 $$py setup.py -q build_ext --inplace; \
 	done
 
 # The compiled modules first, so a broken build fails in one clear line.
 smoke: build
-	$(PYTHON) -c 'import pytorch_memlab._tracer, pytorch_memlab._torchshim, pytorch_memlab; print("import ok")'
+	for py in $(PYTHON) $(TORCH_PYTHONS); do \
+	    $$py -c 'import pytorch_memlab._tracer, pytorch_memlab._torchshim, pytorch_memlab; print("import ok")'; \
+	done
 	for py in $(TRACER_PYTHONS); do $$py -c 'import sys; sys.path.insert(0, "."); import pytorch_memlab._tracer'; done
 
 test: smoke
-	PYTHONPATH=$(CURDIR) $(PYTHON) -m pytest $(PYTEST_FLAGS) test
+	for py in $(PYTHON) $(TORCH_PYTHONS); do \
+	    for mech in $(call mechanisms,$$py); do \
+	        echo "== $$py, $$mech: the whole suite"; \
+	        PYTHONPATH=$(CURDIR) PYTORCH_MEMLAB_TRACER=$$mech \
+	            $$py -m pytest $(PYTEST_FLAGS) $(XDIST) test; \
+	    done; \
+	done
 	for py in $(TRACER_PYTHONS); do \
 	    for mech in $(call mechanisms,$$py); do \
-	        echo "== $$py, $$mech"; \
+	        echo "== $$py, $$mech: the tracer tests"; \
 	        PYTHONPATH=$(CURDIR) PYTORCH_MEMLAB_TRACER=$$mech \
-	            $$py -m pytest $(PYTEST_FLAGS) $(TRACER_TESTS); \
+	            $$py -m pytest $(PYTEST_FLAGS) $(XDIST) $(TRACER_TESTS); \
 	    done; \
 	done
 

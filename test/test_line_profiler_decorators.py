@@ -4,6 +4,7 @@ Tests that look at what is printed at interpreter exit run a fresh
 interpreter on a script file; the rest run here with device='cpu'."""
 import asyncio
 import inspect
+import io
 import subprocess
 import sys
 import textwrap
@@ -47,7 +48,7 @@ def parse(size):
 
 def no_hook(*profilers):
     """No trace hook on this thread.  On 3.12+ a decorated function's profiler
-    stays on between calls (parked, see _parking), so disable those first."""
+    stays on between calls (see PARK_BETWEEN_CALLS), so disable those first."""
     assert sys.gettrace() is None
     if MONITORING:
         for prof in profilers:
@@ -115,6 +116,53 @@ def test_profile_bare_prints_at_exit(tmp_path):
     assert lines[6].split() == ["7", "def", "work():"]
     assert lines[7].split()[:5] == ["1.00M", first_reserved, "2.00M", "2", "8"]
     assert lines[8].split()[:5] == ["2.00M", "2.00M", "2.00M", "2", "9"]
+
+
+def test_suspended_generator_at_exit_prints_and_leaves_no_hook(tmp_path):
+    """A generator suspended at a yield keeps no hook on (settrace: unrelated
+    code would run under it), is in the exit table, and exit leaves no hook or
+    tool id (the check runs after the table: atexit runs last-in first-out)."""
+    out, err = run_script(tmp_path, """\
+        import atexit, gc, sys
+        import torch
+        from pytorch_memlab import _tracer, profile
+
+        def after_exit():
+            tools = ([sys.monitoring.get_tool(i) for i in range(6)]
+                     if sys.version_info >= (3, 12) else [])
+            print("after exit:", sys.gettrace(), "pytorch_memlab" in tools)
+
+        atexit.register(after_exit)
+
+        @profile(device="cpu")
+        def gen():
+            x = torch.ones(1024, 1024)  # one
+            yield x
+            y = torch.ones(2048, 1024)  # two
+            yield y
+            z = torch.ones(4096, 1024)  # never
+
+        kept = gen()
+        next(kept)
+        dropped = gen()
+        next(dropped)
+        next(dropped)
+        del dropped
+        gc.collect()
+        print("suspended:", sys.gettrace())
+        print("main done")
+        """)
+    first, _, table = out.partition("main done\n")
+    assert first == "suspended: None\n"
+    lines = table.splitlines()
+    assert lines[0] == "## gen", out
+    by_tag = {ln.split("# ")[-1]: ln.split()[:4] for ln in lines if "# " in ln}
+    # peak, reserved peak, net growth, count: "one" ran in both generators
+    # (4 MiB each, both alive), "two" (8 MiB) in the dropped one only
+    assert by_tag["one"] == ["8.00M", "8.00M", "8.00M", "2"]
+    assert by_tag["two"] == ["16.00M", "16.00M", "8.00M", "1"]
+    assert by_tag["never"][1] == "z"          # no figures: it never ran
+    assert lines[-1] == "after exit: None False"
 
 
 def test_profile_columns_positional_and_nested(tmp_path):
@@ -249,6 +297,29 @@ def test_generator_and_coroutine(cpu_profile):
     assert row(prof, coro, "# after await")["count"] == 1
 
 
+def test_closure_recreated_on_each_call_is_one_record(cpu_profile):
+    def outer(n):
+        @profile(device="cpu")
+        def inner():
+            x = torch.empty(n)  # closure alloc
+            return x.numel()
+        return inner()
+
+    for _ in range(50):
+        outer(262144)
+    records = cpu_profile().stats()
+    assert [r["qualname"] for r in records].count(
+        "test_closure_recreated_on_each_call_is_one_record.<locals>.outer.<locals>.inner") == 1
+    inner_record = next(r for r in records if r["qualname"].endswith("outer.<locals>.inner"))
+    line = next(ln for ln in inner_record["lines"] if "# closure alloc" in ln["code"])
+    assert line["count"] == 50
+    assert line["net_growth"] == 50 * MiB    # each x outlives its line
+    out = io.StringIO()
+    cpu_profile().print_stats(stream=out)
+    assert out.getvalue().count("outer.<locals>.inner") == 1
+    assert len(cpu_profile().functions) == len(records)
+
+
 def test_thread_started_before_and_after(cpu_profile):
     @profile(device="cpu")
     def in_thread():
@@ -285,35 +356,6 @@ def test_clear_global_line_profiler(cpu_profile):
     assert row(cpu_profile(), deco_work, "# deco alloc")["count"] == 0
     deco_work(10)
     assert row(cpu_profile(), deco_work, "# deco alloc")["count"] == 1
-
-
-def test_parked_profilers_are_released_when_tool_ids_run_out(cpu_profile, monkeypatch):
-    from pytorch_memlab.line_profiler import profiler as profiler_module
-    monkeypatch.setattr(profiler_module, "PARK_BETWEEN_CALLS", True)
-    deco_work(10)
-    parked = cpu_profile()
-    assert parked.enabled                       # parked after the call
-
-    @profile_every(1, device="cpu")
-    def other():
-        return 1
-
-    prof = other.line_profiler
-    real_start, failures = prof._start, []
-
-    def start_once_out_of_ids():
-        if not failures:
-            failures.append(1)
-            raise RuntimeError("every sys.monitoring tool id from 2 to 5 is in use")
-        real_start()
-
-    monkeypatch.setattr(prof, "_start", start_once_out_of_ids)
-    other()
-    assert failures and not parked.enabled      # released, then the retry worked
-    assert prof.stats()[0]["lines"] is not None
-    prof.disable()
-    parked.disable()
-    assert sys.gettrace() is None
 
 
 # ---- profile_every ---------------------------------------------------------------------

@@ -22,6 +22,8 @@ def resolve_function(obj: Any) -> types.FunctionType:
     for _ in range(_MAX_UNWRAP):
         if isinstance(obj, (staticmethod, classmethod, types.MethodType)):
             obj = obj.__func__
+        elif _is_compiled_module(obj):
+            obj = obj._orig_mod
         elif isinstance(obj, torch.nn.Module):
             obj = type(obj).forward
         elif isinstance(obj, type) and issubclass(obj, torch.nn.Module):
@@ -34,6 +36,26 @@ def resolve_function(obj: Any) -> types.FunctionType:
         raise TypeError(f"cannot profile {original!r}: it has no Python code "
                         "(pass a function, a method or a torch.nn.Module)")
     return obj
+
+
+def _is_compiled_module(obj: Any) -> bool:
+    """torch.compile(module): a wrapper Module whose forward is dynamo's."""
+    return (isinstance(obj, torch.nn.Module) and type(obj).__name__ == "OptimizedModule"
+            and isinstance(getattr(obj, "_orig_mod", None), torch.nn.Module))
+
+
+def compiled_by_dynamo(obj: Any) -> bool:
+    """Is ``obj``, or anything it wraps, made by ``torch.compile``?  Its
+    frames then run as compiled graphs, never line by line."""
+    for _ in range(_MAX_UNWRAP):
+        if _is_compiled_module(obj) or \
+                getattr(obj, "_torchdynamo_orig_callable", None) is not None:
+            return True
+        inner = getattr(obj, "__func__", None) or getattr(obj, "__wrapped__", None)
+        if inner is None:
+            return False
+        obj = inner
+    return False
 
 
 class FunctionEntry:
@@ -51,6 +73,7 @@ class FunctionEntry:
         first = func.__code__ if func is not None else code
         assert first is not None
         self.codes: list[types.CodeType] = [first]
+        self.compiled = False   # registered through a torch.compile wrapper
 
     @property
     def qualname(self) -> str:
@@ -82,9 +105,8 @@ class FunctionEntry:
             target = resolve_function(selector)
         except TypeError:
             return False
-        if self.func is not None:
-            return target is self.func
-        return target.__code__ in self.codes
+        # a closure made again matches by its code (see add_function)
+        return target is self.func or target.__code__ in self.codes
 
 
 def code_qualname(code: types.CodeType) -> str:

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
 from typing import Any, Callable, Optional
 
 from .. import _tracer
+from ._functions import resolve_function
 from .profiler import LineProfiler
 
 # Runs after each outermost call of a thread, with the exception that escaped.
 AfterCall = Callable[[Optional[BaseException]], None]
 
 
-def _enter(profiler: LineProfiler) -> None:
-    profiler._enter_call()
+def _enter(profiler: LineProfiler, code: Optional[types.CodeType] = None) -> None:
+    profiler._enter_call(code)   # code: counted, to tell when its lines were not traced
     if _tracer.MECHANISM == "settrace":
         _tracer.install_thread_hook()   # threads that existed before enable()
 
@@ -37,30 +39,23 @@ def _leave(profiler: LineProfiler, exc: Optional[BaseException],
 
 
 def wrap(func: Callable[..., Any], profiler: LineProfiler,
-         after_call: Optional[AfterCall] = None) -> Callable[..., Any]:
+         after_call: Optional[AfterCall] = None,
+         after_step: Optional[Callable[[], None]] = None) -> Callable[..., Any]:
     """A wrapper of ``func`` (plain, generator or coroutine function) that turns
-    ``profiler`` on around each call."""
+    ``profiler`` on around each call; for a generator, around each step (see
+    ``_wrap_generator``), ``after_step`` running after each outermost one that
+    yields."""
     def finish(exc: Optional[BaseException]) -> None:
         _leave(profiler, exc, after_call)
 
+    code = resolve_function(func).__code__
     if inspect.isgeneratorfunction(func):
-        @functools.wraps(func)
-        def gen_wrapper(*args: Any, **kwargs: Any) -> Any:
-            _enter(profiler)
-            exc: Optional[BaseException] = None
-            try:
-                return (yield from func(*args, **kwargs))
-            except BaseException as e:
-                exc = e
-                raise
-            finally:
-                finish(exc)
-        return gen_wrapper
+        return _wrap_generator(func, profiler, after_call, after_step, code)
 
     if inspect.iscoroutinefunction(func):
         @functools.wraps(func)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            _enter(profiler)
+            _enter(profiler, code)
             exc: Optional[BaseException] = None
             try:
                 return await func(*args, **kwargs)
@@ -73,7 +68,7 @@ def wrap(func: Callable[..., Any], profiler: LineProfiler,
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        _enter(profiler)
+        _enter(profiler, code)
         exc: Optional[BaseException] = None
         try:
             return func(*args, **kwargs)
@@ -85,8 +80,54 @@ def wrap(func: Callable[..., Any], profiler: LineProfiler,
     return wrapper
 
 
-def wrap_any(obj: Any, profiler: LineProfiler, after_call: Optional[AfterCall] = None) -> Any:
+def _wrap_generator(func: Callable[..., Any], profiler: LineProfiler,
+                    after_call: Optional[AfterCall],
+                    after_step: Optional[Callable[[], None]],
+                    code: types.CodeType) -> Callable[..., Any]:
+    """The profiler is on while the generator runs, not while it is suspended:
+    a generator left suspended (never exhausted, alive at exit) must not keep
+    the hook on for the rest of the program.  ``yield from`` would keep it on,
+    so the steps (send / throw / close) are driven here, as PEP 380 does."""
+    def step(method: Callable[..., Any], arg: Any, last: bool = False,
+             first: bool = False) -> Any:
+        _enter(profiler, code if first else None)
+        try:
+            value = method(arg)
+        except StopIteration:
+            _leave(profiler, None, after_call)
+            raise
+        except BaseException as exc:
+            _leave(profiler, exc, after_call)
+            raise
+        if last:
+            _leave(profiler, None, after_call)
+        elif profiler._exit_call() and after_step is not None:
+            after_step()
+        return value
+
+    @functools.wraps(func)
+    def gen_wrapper(*args: Any, **kwargs: Any) -> Any:
+        gen = func(*args, **kwargs)
+        method, arg, first = gen.send, None, True
+        while True:
+            try:
+                value = step(method, arg, first=first)
+                first = False
+            except StopIteration as stop:
+                return stop.value
+            try:
+                method, arg = gen.send, (yield value)
+            except GeneratorExit:
+                step(lambda _: gen.close(), None, last=True)   # finally blocks run profiled
+                raise
+            except BaseException as exc:
+                method, arg = gen.throw, exc
+    return gen_wrapper
+
+
+def wrap_any(obj: Any, profiler: LineProfiler, after_call: Optional[AfterCall] = None,
+             after_step: Optional[Callable[[], None]] = None) -> Any:
     """``wrap`` that keeps a staticmethod / classmethod what it was."""
     if isinstance(obj, (staticmethod, classmethod)):
-        return type(obj)(wrap(obj.__func__, profiler, after_call))
-    return wrap(obj, profiler, after_call)
+        return type(obj)(wrap(obj.__func__, profiler, after_call, after_step))
+    return wrap(obj, profiler, after_call, after_step)

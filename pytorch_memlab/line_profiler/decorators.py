@@ -59,6 +59,7 @@ def _print_at_exit() -> None:
         reporter.finish(failed=hasattr(sys, "last_value"))
         return
     for profiler in list(_global.values()):
+        profiler._shutdown()    # no hook or tool id left for the rest of the exit
         if id(profiler) in _unprinted:
             try:
                 _print(profiler)
@@ -92,7 +93,10 @@ def profile(func: Any = None, columns: ColumnsArg = None, *,
             else:
                 _print(profiler)
 
-        return wrap_any(target, profiler, after_call)
+        def after_step() -> None:    # a generator yielded: its figures so far count
+            _unprinted.add(id(profiler))
+
+        return wrap_any(target, profiler, after_call, after_step)
 
     return decorate if func is None else decorate(func)
 

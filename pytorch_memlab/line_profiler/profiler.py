@@ -7,12 +7,12 @@ import types
 from typing import IO, TYPE_CHECKING, Any, Callable, Optional, Union
 
 from .. import _postmortem
+from .. import _tracer
 from ._columns import ColumnsArg, normalize_columns, pick_columns
 from ._devices import DeviceArg, add_follower, note_cpu_fallback, resolve_devices
-from ._display import ProfileDisplay
+from ._display import ProfileDisplay, untraced_note
 from ._export import export_data, records_dataframe, save_data
-from ._functions import FunctionEntry, matches_any, resolve_function
-from ._parking import PARK_BETWEEN_CALLS, park, release_idle, unpark
+from ._functions import FunctionEntry, compiled_by_dynamo, matches_any, resolve_function
 from ._stats import FunctionRecord, Raised, build_records, ran
 from ._timeline import Timeline
 from ._tracerset import TracerSet
@@ -21,6 +21,14 @@ if TYPE_CHECKING:
     import os
 
     import pandas
+
+# Between decorated calls: with PyEval_SetTrace (<= 3.11, or forced) the hook
+# slows the whole thread, so it is switched off when the last call returns.
+# With sys.monitoring a tracer left on costs nothing on unregistered code,
+# while switching it off and on around each call makes CPython re-instrument
+# every code object that runs afterwards, so there it stays on until
+# disable() or interpreter exit (all tracers share one tool id).
+PARK_BETWEEN_CALLS = _tracer.MECHANISM == "monitoring"
 
 
 class LineProfiler:
@@ -53,6 +61,8 @@ class LineProfiler:
         self._timeline = Timeline()   # filled by profile_every, one row per call
         self._printed: Optional[list[FunctionRecord]] = None   # see _rotate
         self._postmortem: Optional[tuple[types.CodeType, dict[str, Any]]] = None   # last OOM
+        self._shut_down = False    # interpreter exit: decorated calls stay unprofiled
+        self._called: dict[types.CodeType, int] = {}   # decorated calls, per function
         if any(slot.follows_target for slot in slots):
             add_follower(self)
         for func in functions:
@@ -65,10 +75,16 @@ class LineProfiler:
         classmethod, ``torch.nn.Module`` (its ``forward``) or a
         ``functools.wraps`` wrapper (the wrapped function)."""
         target = resolve_function(func)
+        compiled = compiled_by_dynamo(func)
         with self._lock:
-            if any(entry.func is target for entry in self._entries):
-                return
+            # one code object is one record: a closure re-created (and
+            # decorated) on each call of its outer function is registered once
+            for entry in self._entries:
+                if entry.func is target or target.__code__ in entry.codes:
+                    entry.compiled |= compiled
+                    return
             entry = FunctionEntry(target)
+            entry.compiled = compiled
             self._entries.append(entry)
             self._tracers.add_code(target.__code__)
 
@@ -127,7 +143,6 @@ class LineProfiler:
         """Stop profiling; lines still running are committed and no hook is
         left.  While a decorated call runs (``profile``) it stays on until the
         call returns."""
-        unpark(self)
         with self._lock:
             self._explicit = False
             if self._calls == 0:
@@ -148,6 +163,7 @@ class LineProfiler:
             self._tracers.clear()
             self._raised.clear()
             self._timeline.clear()
+            self._called.clear()
             self._printed = None
             self._postmortem = None
 
@@ -159,6 +175,7 @@ class LineProfiler:
             self._tracers.clear()
             self._raised.clear()
             self._postmortem = None
+            self._called.clear()
 
     def _record_execution(self) -> None:
         """Append each device's active and reserved bytes to the timeline."""
@@ -171,22 +188,15 @@ class LineProfiler:
         return self._timeline.rows()
 
     # Decorated calls turn the profiler on while any of them runs (any thread);
-    # between calls it is switched off or parked (see _parking).
-    def _enter_call(self) -> None:
-        try:
-            self._enter_locked()
-        except RuntimeError:
-            # out of sys.monitoring tool ids: free those of idle profilers
-            if not release_idle(self):
-                raise
-            self._enter_locked()
-        self._depth.value = getattr(self._depth, "value", 0) + 1
-
-    def _enter_locked(self) -> None:
+    # between calls it is switched off or stays on (see PARK_BETWEEN_CALLS).
+    def _enter_call(self, code: Optional[types.CodeType] = None) -> None:
         with self._lock:
-            if self._calls == 0 and not self.enabled:
+            if code is not None:
+                self._called[code] = self._called.get(code, 0) + 1
+            if self._calls == 0 and not self.enabled and not self._shut_down:
                 self._start()
             self._calls += 1
+        self._depth.value = getattr(self._depth, "value", 0) + 1
 
     def _exit_call(self) -> bool:
         """True when this ends the outermost decorated call of this thread."""
@@ -194,16 +204,18 @@ class LineProfiler:
         with self._lock:
             self._calls -= 1
             if self._calls == 0 and not self._explicit:
-                if PARK_BETWEEN_CALLS:
-                    park(self)
-                else:
+                if not PARK_BETWEEN_CALLS:
                     self._tracers.disable()
         return bool(self._depth.value == 0)
 
-    def _stop_if_idle(self) -> None:
+    def _shutdown(self) -> None:
+        """Interpreter exit: off even if a decorated call is still running (a
+        coroutine never finished), committing its open lines; a generator
+        closed later in the exit runs unprofiled (imports fail by then)."""
         with self._lock:
-            if self._calls == 0 and not self._explicit:
-                self._tracers.disable()
+            self._shut_down = True
+            self._explicit = False
+            self._tracers.disable()
 
     def _retarget(self, index: int) -> None:
         with self._lock:
@@ -241,10 +253,27 @@ class LineProfiler:
                                     self.columns, shown, self._raised)
             return _postmortem.attach(records, self._postmortem)
 
+    def _untraced_notes(self, entries: list[FunctionEntry],
+                        records: list[FunctionRecord]) -> list[str]:
+        """Why a function that ran, or was compiled, has no traced line."""
+        traced = {(r["filename"], r["first_line"]) for r in records if ran(r)}
+        notes = []
+        for entry in entries:
+            code = entry.codes[0]
+            if (code.co_filename, code.co_firstlineno) in traced:
+                continue
+            calls = sum(self._called.get(c, 0) for c in entry.codes)
+            if entry.compiled or calls:
+                notes.append(untraced_note(entry.qualname, calls, entry.compiled))
+        return notes
+
     def display(self, func: Any = None, columns: ColumnsArg = None) -> ProfileDisplay:
         """A table of ``func`` (a function, a qualname, a list of them; None: all)
         that renders as HTML in notebooks and as text with ``print``/``repr``."""
-        return ProfileDisplay(self.stats(func, columns))
+        records = self.stats(func, columns)
+        with self._lock:
+            entries = [e for e in self._entries if matches_any(e, func)]
+            return ProfileDisplay(records, self._untraced_notes(entries, records))
 
     def print_stats(self, func: Any = None, columns: ColumnsArg = None,
                     stream: Optional[IO[str]] = None) -> None:
