@@ -249,11 +249,16 @@ recheck(void *unused)
         return 0;
     }
     PyThreadState *ts = PyThreadState_Get();
-    if (ts->c_tracefunc == trace_function) {
-        return 0;
-    }
     memlab_saved_exc saved;
     memlab_save_exc(&saved);
+    /* Tools that set sys.settrace usually set threading.settrace too. */
+    if (set_thread_starter(1) < 0) {
+        PyErr_WriteUnraisable(NULL);
+    }
+    if (ts->c_tracefunc == trace_function) {
+        memlab_restore_exc(&saved);
+        return 0;
+    }
     if (ts->c_tracefunc != NULL && !warned_foreign_tracer) {
         warned_foreign_tracer = 1;
         if (PyErr_WarnEx(PyExc_RuntimeWarning,
