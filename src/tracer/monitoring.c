@@ -84,13 +84,19 @@ callback_call(CallbackObject *self, PyObject *const *args, size_t nargsf, PyObje
     if (nargs < 2 || !PyCode_Check(args[0])) {
         Py_RETURN_NONE;
     }
-    TracerObject *next;
-    for (TracerObject *t = memlab_enabled_tracers; t != NULL; t = next) {
-        next = t->next_enabled;
+    /* Strong references while a Python source's sample() may run code that
+     * drops a tracer (this one or the next). */
+    TracerObject *t = memlab_enabled_tracers;
+    Py_XINCREF(t);
+    while (t != NULL) {
         LineTable *table = codemap_get(&t->codes, args[0]);
         if (table != NULL) {
             dispatch(t, table, self->action, args[0], args[1]);
         }
+        TracerObject *next = t->next_enabled;
+        Py_XINCREF(next);
+        Py_DECREF(t);
+        t = next;
     }
     Py_RETURN_NONE;
 }
@@ -397,7 +403,15 @@ monitoring_disable(TracerObject *t)
         /* Stop instrumenting code that no enabled tracer wants any more. */
         for (int i = 0; i < t->codes.n_tables && ret == 0; i++) {
             PyObject *code = t->codes.tables[i]->code;
-            if (wanted_by_enabled(code) || PySet_Contains(instrumented, code) != 1) {
+            if (wanted_by_enabled(code)) {
+                continue;
+            }
+            int present = PySet_Contains(instrumented, code);
+            if (present < 0) {
+                ret = -1;
+                break;
+            }
+            if (!present) {
                 continue;
             }
             if (set_local(mon, code, 0) < 0 || PySet_Discard(instrumented, code) < 0) {

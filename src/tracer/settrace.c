@@ -95,18 +95,23 @@ any_registered(PyObject *code)
 static void
 dispatch(PyFrameObject *frame, PyObject *code, int what)
 {
-    TracerObject *next;
-    for (TracerObject *t = memlab_enabled_tracers; t != NULL; t = next) {
-        next = t->next_enabled;
+    int resumed = what == PyTrace_CALL
+                  && memlab_frame_resumed(frame, (PyCodeObject *)code);
+    /* Strong references while a Python source's sample() may run code that
+     * drops a tracer (this one or the next). */
+    TracerObject *t = memlab_enabled_tracers, *next;
+    Py_XINCREF(t);
+    for (; t != NULL; next = t->next_enabled, Py_XINCREF(next), Py_DECREF(t), t = next) {
         LineTable *table = codemap_get(&t->codes, code);
         if (table == NULL) {
             continue;
         }
         switch (what) {
         case PyTrace_CALL:
-            /* A resumed generator continues a line counted before it yielded;
-             * the next line event says where it stands. */
-            tracer_on_start(t, table, -1);
+            /* A resumed generator continues the line that yielded (counted
+             * before), and no line event comes until it moves on: what runs
+             * meanwhile (the awaited callee) is charged to that line. */
+            tracer_on_start(t, table, resumed ? PyFrame_GetLineNumber(frame) : -1);
             break;
         case PyTrace_LINE:
             tracer_on_line(t, table, PyFrame_GetLineNumber(frame));
