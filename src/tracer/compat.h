@@ -33,35 +33,12 @@ PyModule_AddObjectRef(PyObject *module, const char *name, PyObject *value)
 }
 #endif
 
-/* settrace: is this 'call' event a generator or coroutine resuming (not
- * starting)?  3.11+: the event comes at a RESUME instruction whose argument
- * is 0 at the start and non-zero after a yield or await.  Before: a frame
- * that has not run yet has f_lasti == -1. */
-static inline int
-memlab_frame_resumed(PyFrameObject *frame, PyCodeObject *code)
-{
-    if (!(code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
-                            | CO_ITERABLE_COROUTINE))) {
-        return 0;
-    }
+/* The offset of the instruction a frame runs (3.11+ accessor). */
 #if PY_VERSION_HEX >= 0x030B0000
-    int lasti = PyFrame_GetLasti(frame);
-    if (lasti < 0) {
-        return 0;
-    }
-    PyObject *bytes = PyCode_GetCode(code);
-    if (bytes == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    int resumed = lasti + 1 < PyBytes_GET_SIZE(bytes)
-                  && PyBytes_AS_STRING(bytes)[lasti + 1] != 0;
-    Py_DECREF(bytes);
-    return resumed;
+#  define memlab_frame_lasti(frame) PyFrame_GetLasti(frame)
 #else
-    return frame->f_lasti >= 0;
+#  define memlab_frame_lasti(frame) ((frame)->f_lasti)
 #endif
-}
 
 /* Saving the exception in flight around a call into Python code. */
 #if PY_VERSION_HEX >= 0x030C0000

@@ -81,6 +81,40 @@ restore_foreign(void)
     }
 }
 
+static int resume_opcode = -1;        /* opcode.opmap["RESUME"], 3.11+ */
+
+/* Is this 'call' event a generator or coroutine resuming after a yield or
+ * await (not starting, and not a throw() or close())?  3.11+: the event comes
+ * at a RESUME instruction whose argument is 0 at the start and non-zero
+ * after a yield; a throw comes at the yield itself.  Before 3.11: a frame
+ * that has not run yet has f_lasti == -1. */
+static int
+frame_resumed(PyFrameObject *frame, PyCodeObject *code)
+{
+    if (!(code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
+                            | CO_ITERABLE_COROUTINE))) {
+        return 0;
+    }
+    int lasti = memlab_frame_lasti(frame);
+#if PY_VERSION_HEX >= 0x030B0000
+    if (lasti < 0 || resume_opcode < 0) {
+        return 0;
+    }
+    PyObject *bytes = PyCode_GetCode(code);
+    if (bytes == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    const unsigned char *op = (const unsigned char *)PyBytes_AS_STRING(bytes);
+    int resumed = lasti + 1 < PyBytes_GET_SIZE(bytes) && op[lasti] == resume_opcode
+                  && op[lasti + 1] != 0;
+    Py_DECREF(bytes);
+    return resumed;
+#else
+    return lasti >= 0;
+#endif
+}
+
 static int
 any_registered(PyObject *code)
 {
@@ -96,7 +130,7 @@ static void
 dispatch(PyFrameObject *frame, PyObject *code, int what)
 {
     int resumed = what == PyTrace_CALL
-                  && memlab_frame_resumed(frame, (PyCodeObject *)code);
+                  && frame_resumed(frame, (PyCodeObject *)code);
     /* Strong references while a Python source's sample() may run code that
      * drops a tracer (this one or the next). */
     TracerObject *t = memlab_enabled_tracers, *next;
@@ -371,6 +405,17 @@ settrace_init(PyObject *module)
         }
         audit_hook_added = 1;
     }
+#if PY_VERSION_HEX >= 0x030B0000
+    PyObject *opcode = PyImport_ImportModule("opcode");
+    PyObject *opmap = opcode ? PyObject_GetAttrString(opcode, "opmap") : NULL;
+    PyObject *resume = opmap ? PyDict_GetItemString(opmap, "RESUME") : NULL;  /* Borrowed */
+    resume_opcode = resume ? (int)PyLong_AsLong(resume) : -1;
+    Py_XDECREF(opmap);
+    Py_XDECREF(opcode);
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+#endif
     str_f_trace_lines = PyUnicode_InternFromString("f_trace_lines");
     if (str_f_trace_lines == NULL) {
         return -1;
