@@ -660,3 +660,35 @@ def test_set_device_measures_growth_on_the_new_device():
     assert row(t, switch, "# switch")[1] == 0      # not 5000 - 110
     count, growth, v = row(t, switch, "# on one")
     assert growth == 7 and v["b.peak"] == 5007
+
+
+@pytest.mark.skipif(MONITORING, reason="settrace mechanism only (monitoring is not affected)")
+def test_settrace_after_enable_warns_once_and_resumes(make_tracer):
+    def other(frame, event, arg):
+        return None
+
+    def pause():
+        for _ in range(2):   # a backward jump: the pending check runs here
+            pass
+
+    t = make_tracer(simple)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t.enable()
+        simple()
+        sys.settrace(other)          # another tool arrives
+        pause()
+        assert sys.gettrace() is other
+        simple()
+        sys.settrace(None)           # ...and leaves
+        pause()
+        simple()
+        sys.settrace(other)          # arrives again: no second warning
+        pause()
+        sys.settrace(None)
+        pause()
+        t.disable()
+    alloc(-60)
+    assert row(t, simple, "# grab")[0] == 3
+    assert sum("another tool called sys.settrace" in str(w.message) for w in caught) == 1
+    assert sys.gettrace() is None
