@@ -161,21 +161,3 @@ def test_guard_is_per_thread():
         t.disable()
     counts = {line: rec[0] for line, rec in t.stats()[simple.__code__].items()}
     assert counts[simple.__code__.co_firstlineno + 1] == 2
-
-
-def test_thread_state_address_reuse_gets_fresh_stack():
-    # a thread that ends inside a profiled call leaves its frame open; the
-    # next thread (often at the same PyThreadState address) must not continue
-    # it.  Its frames are committed at disable, the new thread's separately.
-    t = _tracer.Tracer(Source(), 0, ["n.current"], "n.current")
-    t.add_code(simple.__code__)
-    t.enable()
-    try:
-        for _ in range(5):
-            th = threading.Thread(target=lambda: (_tracer.install_thread_hook(), simple()))
-            th.start()
-            th.join()
-    finally:
-        t.disable()
-    counts = {line: rec[0] for line, rec in t.stats()[simple.__code__].items()}
-    assert counts[simple.__code__.co_firstlineno + 1] == 5
