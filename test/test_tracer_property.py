@@ -13,7 +13,8 @@ src/tracer/events.c:
   (``*.peak`` and levels: max, counters: sum of deltas);
 * a line event commits the innermost frame's line and opens the next one; a
   start pushes a frame (a resumed generator continues an already counted
-  line); a leave commits and pops the frame, and any frames above it;
+  line: the one it yielded at, so what runs before its next line event is
+  charged there); a leave commits and pops the frame, and any frames above it;
 * over executions: counters sum, everything else max; count = line events;
   net growth sums (current at line end - at line start).
 
@@ -22,7 +23,9 @@ The reference listens with the same mechanism as the C tracer
 the same event stream and any difference is the C tracer's bookkeeping.
 Needs no torch.
 """
+import inspect
 import linecache
+import opcode
 import os
 import sys
 import tempfile
@@ -195,6 +198,23 @@ def line_of_offset(code, offset):
 # Both listeners feed every reference the same events; each reference keeps
 # only its own code objects (as each C tracer does).
 
+GENERATOR_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+                   | inspect.CO_ITERABLE_COROUTINE)
+
+
+def resumed(frame):
+    """A generator resuming after a yield (not starting, not thrown into): it
+    continues the line that yielded."""
+    code = frame.f_code
+    if not code.co_flags & GENERATOR_FLAGS:
+        return False
+    if sys.version_info < (3, 11):
+        return frame.f_lasti >= 0
+    raw = code.co_code
+    i = frame.f_lasti
+    return 0 <= i < len(raw) - 1 and raw[i] == opcode.opmap["RESUME"] and raw[i + 1] != 0
+
+
 def run_with_settrace(refs, run):
     def local(frame, event, arg):
         if event == "line":
@@ -207,8 +227,9 @@ def run_with_settrace(refs, run):
 
     def global_trace(frame, event, arg):
         if event == "call" and any(id(frame.f_code) in ref.tables for ref in refs):
+            line = frame.f_lineno if resumed(frame) else -1
             for ref in refs:
-                ref.on_start(frame.f_code, -1)
+                ref.on_start(frame.f_code, line)
             return local
         return None
 

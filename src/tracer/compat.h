@@ -16,6 +16,28 @@
 
 #if PY_VERSION_HEX < 0x030A0000
 static inline PyObject *Py_NewRef(PyObject *o) { Py_INCREF(o); return o; }
+static inline PyObject *Py_XNewRef(PyObject *o) { Py_XINCREF(o); return o; }
+#endif
+
+#if PY_VERSION_HEX < 0x030A0000
+/* Adds a new reference; the caller keeps its own, also on failure. */
+static inline int
+PyModule_AddObjectRef(PyObject *module, const char *name, PyObject *value)
+{
+    Py_INCREF(value);
+    if (PyModule_AddObject(module, name, value) < 0) {
+        Py_DECREF(value);
+        return -1;
+    }
+    return 0;
+}
+#endif
+
+/* The offset of the instruction a frame runs (3.11+ accessor). */
+#if PY_VERSION_HEX >= 0x030B0000
+#  define memlab_frame_lasti(frame) PyFrame_GetLasti(frame)
+#else
+#  define memlab_frame_lasti(frame) ((frame)->f_lasti)
 #endif
 
 /* Saving the exception in flight around a call into Python code. */

@@ -12,7 +12,7 @@
 static ThreadStack *
 current_stack(TracerObject *t)
 {
-    return threadstacks_get(&t->threads, PyThreadState_Get());
+    return threadstacks_get(&t->threads, PyThreadState_GetID(PyThreadState_Get()));
 }
 
 /* Fold this interval into every open frame's pending figures.  Returns the
@@ -78,14 +78,15 @@ push_frame(TracerObject *t, ThreadStack *stack, LineTable *table, int line,
 /* A reading that failed still keeps the stack's shape; the level is then the
  * frame's own start level, so no growth is invented. */
 #define BEGIN_EVENT(t, stack, level)                      \
-    if ((t)->in_callback || !(t)->enabled) return;        \
+    if (!(t)->enabled) return;                            \
     ThreadStack *stack = current_stack(t);                \
     if (stack == NULL) { (t)->memory_errors++; return; }  \
-    (t)->in_callback = 1;                                 \
+    if (stack->in_callback) return;                       \
+    stack->in_callback = 1;                               \
     int64_t level = 0;                                    \
     int read_ok = fold_interval((t), stack, &level) == 0;
 
-#define END_EVENT(t) (t)->in_callback = 0;
+#define END_EVENT(t) stack->in_callback = 0;
 
 void
 tracer_on_start(TracerObject *t, LineTable *table, int line)
@@ -140,7 +141,7 @@ void
 tracer_close_all_frames(TracerObject *t)
 {
     for (int s = 0; s < t->threads.n_stacks; s++) {
-        ThreadStack *stack = &t->threads.stacks[s];
+        ThreadStack *stack = t->threads.stacks[s];
         int64_t level = 0;
         int read_ok = stack->depth > 0 && fold_interval(t, stack, &level) == 0;
         while (stack->depth > 0) {
@@ -165,7 +166,7 @@ void
 tracer_restart_levels(TracerObject *t, int64_t level)
 {
     for (int s = 0; s < t->threads.n_stacks; s++) {
-        ThreadStack *stack = &t->threads.stacks[s];
+        ThreadStack *stack = t->threads.stacks[s];
         for (int i = 0; i < stack->depth; i++) {
             stack->frames[i].start_level = level;
         }

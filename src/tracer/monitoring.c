@@ -23,10 +23,14 @@ static const struct {
 };
 #define N_EVENTS ((int)(sizeof(monitor_events) / sizeof(monitor_events[0])))
 
-static const int first_tool_id = 2, last_tool_id = 5;
+/* CPython reserves 0, 1, 2 and 5 (debugger, coverage, profiler, optimizer):
+ * cProfile, line_profiler and coverage's sysmon core claim theirs and fail
+ * when it is taken.  We take only the free-for-all ids. */
+static const int our_tool_ids[] = {3, 4};
+#define N_OUR_IDS ((int)(sizeof(our_tool_ids) / sizeof(our_tool_ids[0])))
 
 /* One tool id serves every enabled tracer, the way one settrace hook does:
- * ids are few (2..5) and other tools want them too. */
+ * ids are few and other tools want them too. */
 static int shared_tool_id = -1;
 static PyObject *instrumented;        /* Owned. set of codes with local events on */
 
@@ -80,13 +84,19 @@ callback_call(CallbackObject *self, PyObject *const *args, size_t nargsf, PyObje
     if (nargs < 2 || !PyCode_Check(args[0])) {
         Py_RETURN_NONE;
     }
-    TracerObject *next;
-    for (TracerObject *t = memlab_enabled_tracers; t != NULL; t = next) {
-        next = t->next_enabled;
+    /* Strong references while a Python source's sample() may run code that
+     * drops a tracer (this one or the next). */
+    TracerObject *t = memlab_enabled_tracers;
+    Py_XINCREF(t);
+    while (t != NULL) {
         LineTable *table = codemap_get(&t->codes, args[0]);
         if (table != NULL) {
             dispatch(t, table, self->action, args[0], args[1]);
         }
+        TracerObject *next = t->next_enabled;
+        Py_XINCREF(next);
+        Py_DECREF(t);
+        t = next;
     }
     Py_RETURN_NONE;
 }
@@ -175,10 +185,34 @@ event_bits(PyObject *mon, int local, long *bits)
     return 0;
 }
 
+/* "3 (name), 4 (name)": who holds our ids, for the error message. */
+static PyObject *
+holders(PyObject *mon)
+{
+    PyObject *parts = PyList_New(0);
+    PyObject *sep = NULL, *joined = NULL;
+    for (int k = 0; parts != NULL && k < N_OUR_IDS; k++) {
+        PyObject *name = PyObject_CallMethod(mon, "get_tool", "i", our_tool_ids[k]);
+        PyObject *part = name ? PyUnicode_FromFormat("%d (%R)", our_tool_ids[k], name)
+                              : NULL;
+        Py_XDECREF(name);
+        if (part == NULL || PyList_Append(parts, part) < 0) {
+            Py_CLEAR(parts);
+        }
+        Py_XDECREF(part);
+    }
+    sep = parts ? PyUnicode_FromString(", ") : NULL;
+    joined = sep ? PyUnicode_Join(sep, parts) : NULL;
+    Py_XDECREF(sep);
+    Py_XDECREF(parts);
+    return joined;
+}
+
 static int
 claim_tool_id(PyObject *mon)
 {
-    for (int id = first_tool_id; id <= last_tool_id; id++) {
+    for (int k = 0; k < N_OUR_IDS; k++) {
+        int id = our_tool_ids[k];
         PyObject *r = PyObject_CallMethod(mon, "use_tool_id", "is", id, "pytorch_memlab");
         if (r != NULL) {
             Py_DECREF(r);
@@ -189,9 +223,14 @@ claim_tool_id(PyObject *mon)
         }
         PyErr_Clear();
     }
-    PyErr_Format(PyExc_RuntimeError, "every sys.monitoring tool id from %d to %d is in use "
-                 "(other profilers or debuggers); disable one and retry",
-                 first_tool_id, last_tool_id);
+    PyObject *who = holders(mon);
+    if (who == NULL) {
+        return -1;
+    }
+    PyErr_Format(PyExc_RuntimeError, "pytorch_memlab needs sys.monitoring tool id 3 or 4 "
+                 "(0, 1, 2 and 5 belong to debuggers, coverage, profilers and optimizers), "
+                 "but both are in use: %U; disable one of those tools and retry", who);
+    Py_DECREF(who);
     return -1;
 }
 
@@ -364,7 +403,15 @@ monitoring_disable(TracerObject *t)
         /* Stop instrumenting code that no enabled tracer wants any more. */
         for (int i = 0; i < t->codes.n_tables && ret == 0; i++) {
             PyObject *code = t->codes.tables[i]->code;
-            if (wanted_by_enabled(code) || PySet_Contains(instrumented, code) != 1) {
+            if (wanted_by_enabled(code)) {
+                continue;
+            }
+            int present = PySet_Contains(instrumented, code);
+            if (present < 0) {
+                ret = -1;
+                break;
+            }
+            if (!present) {
                 continue;
             }
             if (set_local(mon, code, 0) < 0 || PySet_Discard(instrumented, code) < 0) {
@@ -400,8 +447,7 @@ monitoring_init(PyObject *module)
         return -1;
     }
     /* The module keeps the type alive for as long as callbacks may exist. */
-    return PyModule_AddObject(module, "_MonitoringCallback",
-                              Py_NewRef((PyObject *)callback_type)) < 0 ? -1 : 0;
+    return PyModule_AddObjectRef(module, "_MonitoringCallback", (PyObject *)callback_type);
 }
 
 #endif /* MEMLAB_HAVE_MONITORING */

@@ -3,19 +3,117 @@
  * One C trace function per thread serves every enabled tracer.  It is
  * installed on the thread that enables, on threads started afterwards (via
  * threading.settrace), and on any thread that calls install_thread_hook().
- * A thread whose hook finds no enabled tracer removes it.  We never replace
- * another tool's trace function (debugger, coverage): such a thread is left
- * alone and a warning says so once. */
+ * A thread whose hook finds no enabled tracer removes it.
+ *
+ * Another tool's trace function (coverage, a debugger) is never replaced: we
+ * chain to it.  Our C function takes its place with the other tool's object,
+ * so sys.gettrace() still returns what that tool set, and every event goes to
+ * us first and then to the other tool's function.  On disable the other
+ * tool's function is put back as it was.  Likewise threading.settrace: a hook
+ * set before ours runs first in each new thread, and is put back on disable.
+ *
+ * A tool that calls sys.settrace() after enable() takes the thread from us;
+ * an audit hook on "sys.settrace" notices, warns once, and (main thread, at
+ * the next pending-call check) chains to the newcomer or, when it left with
+ * settrace(None), installs us alone again. */
 #include "tracer.h"
 
+#include <stdlib.h>
 #include <string.h>
 
-/* The object passed with our trace function; sys.gettrace() returns it.  It
- * is the thread-starter callable, so code that saves and restores the trace
- * function (sys.settrace(sys.gettrace())) reinstalls us harmlessly. */
+/* The object passed with our trace function when no other tool traces the
+ * thread; sys.gettrace() then returns it.  It is the thread-starter callable,
+ * so code that saves and restores the trace function
+ * (sys.settrace(sys.gettrace())) reinstalls us harmlessly. */
 static PyObject *hook_token;          /* Owned by the module. */
 static PyObject *str_f_trace_lines;   /* Owned. interned, set once per call */
+static PyObject *prior_thread_hook;   /* Owned. threading's hook before ours, or NULL */
 static int warned_foreign_tracer;
+static int setting_trace;             /* we are calling PyEval_SetTrace */
+static int recheck_pending;
+
+/* The other tool's trace function on one thread, while we chain to it. */
+typedef struct {
+    Py_tracefunc func;
+    PyObject *obj;                    /* Owned. */
+} ForeignTrace;
+
+static Py_tss_t foreign_key = Py_tss_NEEDS_INIT;   /* -> ForeignTrace*, owned */
+
+static int trace_function(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg);
+
+static ForeignTrace *
+foreign_here(void)
+{
+    return (ForeignTrace *)PyThread_tss_get(&foreign_key);
+}
+
+static void
+forget_foreign(void)
+{
+    ForeignTrace *f = foreign_here();
+    if (f != NULL) {
+        PyThread_tss_set(&foreign_key, NULL);
+        Py_XDECREF(f->obj);
+        free(f);
+    }
+}
+
+static void
+set_trace(Py_tracefunc func, PyObject *obj)
+{
+    setting_trace++;
+    PyEval_SetTrace(func, obj);
+    setting_trace--;
+}
+
+/* Put the other tool's function back (or nothing) on this thread. */
+static void
+restore_foreign(void)
+{
+    ForeignTrace *f = foreign_here();
+    if (f != NULL) {
+        set_trace(f->func, f->obj);
+        forget_foreign();
+    }
+    else {
+        set_trace(NULL, NULL);
+    }
+}
+
+static int resume_opcode = -1;        /* opcode.opmap["RESUME"], 3.11+ */
+
+/* Is this 'call' event a generator or coroutine resuming after a yield or
+ * await (not starting, and not a throw() or close())?  3.11+: the event comes
+ * at a RESUME instruction whose argument is 0 at the start and non-zero
+ * after a yield; a throw comes at the yield itself.  Before 3.11: a frame
+ * that has not run yet has f_lasti == -1. */
+static int
+frame_resumed(PyFrameObject *frame, PyCodeObject *code)
+{
+    if (!(code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
+                            | CO_ITERABLE_COROUTINE))) {
+        return 0;
+    }
+    int lasti = memlab_frame_lasti(frame);
+#if PY_VERSION_HEX >= 0x030B0000
+    if (lasti < 0 || resume_opcode < 0) {
+        return 0;
+    }
+    PyObject *bytes = PyCode_GetCode(code);
+    if (bytes == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    const unsigned char *op = (const unsigned char *)PyBytes_AS_STRING(bytes);
+    int resumed = lasti + 1 < PyBytes_GET_SIZE(bytes) && op[lasti] == resume_opcode
+                  && op[lasti + 1] != 0;
+    Py_DECREF(bytes);
+    return resumed;
+#else
+    return lasti >= 0;
+#endif
+}
 
 static int
 any_registered(PyObject *code)
@@ -31,18 +129,23 @@ any_registered(PyObject *code)
 static void
 dispatch(PyFrameObject *frame, PyObject *code, int what)
 {
-    TracerObject *next;
-    for (TracerObject *t = memlab_enabled_tracers; t != NULL; t = next) {
-        next = t->next_enabled;
+    int resumed = what == PyTrace_CALL
+                  && frame_resumed(frame, (PyCodeObject *)code);
+    /* Strong references while a Python source's sample() may run code that
+     * drops a tracer (this one or the next). */
+    TracerObject *t = memlab_enabled_tracers, *next;
+    Py_XINCREF(t);
+    for (; t != NULL; next = t->next_enabled, Py_XINCREF(next), Py_DECREF(t), t = next) {
         LineTable *table = codemap_get(&t->codes, code);
         if (table == NULL) {
             continue;
         }
         switch (what) {
         case PyTrace_CALL:
-            /* A resumed generator continues a line counted before it yielded;
-             * the next line event says where it stands. */
-            tracer_on_start(t, table, -1);
+            /* A resumed generator continues the line that yielded (counted
+             * before), and no line event comes until it moves on: what runs
+             * meanwhile (the awaited callee) is charged to that line. */
+            tracer_on_start(t, table, resumed ? PyFrame_GetLineNumber(frame) : -1);
             break;
         case PyTrace_LINE:
             tracer_on_line(t, table, PyFrame_GetLineNumber(frame));
@@ -57,17 +160,28 @@ dispatch(PyFrameObject *frame, PyObject *code, int what)
 static int
 trace_function(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
 {
+    ForeignTrace *f = obj == hook_token ? NULL : foreign_here();
     if (memlab_enabled_tracers == NULL) {
-        PyEval_SetTrace(NULL, NULL);
-        return 0;
+        /* Nobody profiles any more: hand the thread back. */
+        if (f == NULL) {
+            set_trace(NULL, NULL);
+            return 0;
+        }
+        Py_tracefunc func = f->func;
+        PyObject *fobj = Py_NewRef(f->obj);
+        restore_foreign();
+        int rc = func(fobj, frame, what, arg);
+        Py_DECREF(fobj);
+        return rc;
     }
-    if (what != PyTrace_CALL && what != PyTrace_LINE && what != PyTrace_RETURN) {
-        return 0;
-    }
-    PyObject *code = (PyObject *)PyFrame_GetCode(frame);
-    if (!any_registered(code)) {
-        if (what == PyTrace_CALL) {
-            /* No line events for frames nobody profiles. */
+    if (what == PyTrace_CALL || what == PyTrace_LINE || what == PyTrace_RETURN) {
+        PyObject *code = (PyObject *)PyFrame_GetCode(frame);
+        if (any_registered(code)) {
+            dispatch(frame, code, what);
+        }
+        else if (what == PyTrace_CALL && f == NULL) {
+            /* No line events for frames nobody profiles (unless the other
+             * tool wants them). */
             memlab_saved_exc saved;
             memlab_save_exc(&saved);
             if (PyObject_SetAttr((PyObject *)frame, str_f_trace_lines, Py_False) < 0) {
@@ -76,56 +190,63 @@ trace_function(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
             memlab_restore_exc(&saved);
         }
         Py_DECREF(code);
-        return 0;
     }
-    dispatch(frame, code, what);
-    Py_DECREF(code);
-    return 0;
+    return f != NULL ? f->func(f->obj, frame, what, arg) : 0;
 }
 
-/* Install on the calling thread unless another tool traces it. */
+/* Install on the calling thread, chained to another tool's function if one
+ * is set. */
 static int
 install_here(void)
 {
-    PyObject *sys = PyImport_ImportModule("sys");
-    PyObject *current = sys ? PyObject_CallMethod(sys, "gettrace", NULL) : NULL;
-    Py_XDECREF(sys);
-    if (current == NULL) {
-        return -1;
-    }
-    int foreign = current != Py_None && current != hook_token;
-    Py_DECREF(current);
-    if (foreign) {
-        if (!warned_foreign_tracer) {
-            warned_foreign_tracer = 1;
-            return PyErr_WarnEx(PyExc_RuntimeWarning,
-                                "pytorch_memlab: another trace function (a debugger or coverage) "
-                                "is set on this thread; it is left in place and this thread's "
-                                "lines are not profiled", 1);
-        }
+    PyThreadState *ts = PyThreadState_Get();
+    if (ts->c_tracefunc == trace_function) {
         return 0;
     }
-    PyEval_SetTrace(trace_function, hook_token);
-    return 0;
-}
-
-static int
-uninstall_here(void)
-{
-    PyObject *sys = PyImport_ImportModule("sys");
-    PyObject *current = sys ? PyObject_CallMethod(sys, "gettrace", NULL) : NULL;
-    Py_XDECREF(sys);
-    if (current == NULL) {
+    forget_foreign();
+    if (ts->c_tracefunc == NULL) {
+        set_trace(trace_function, hook_token);
+        return 0;
+    }
+    ForeignTrace *f = malloc(sizeof(ForeignTrace));
+    if (f == NULL) {
+        PyErr_NoMemory();
         return -1;
     }
-    if (current == hook_token) {
-        PyEval_SetTrace(NULL, NULL);
+    f->func = ts->c_tracefunc;
+    f->obj = Py_XNewRef(ts->c_traceobj);
+    if (PyThread_tss_set(&foreign_key, f) != 0) {
+        Py_XDECREF(f->obj);
+        free(f);
+        PyErr_SetString(PyExc_RuntimeError, "cannot store the chained trace function");
+        return -1;
     }
-    Py_DECREF(current);
+    set_trace(trace_function, f->obj);
     return 0;
 }
 
-/* threading.settrace(token) for new threads, or clear it if it is ours. */
+static void
+uninstall_here(void)
+{
+    if (PyThreadState_Get()->c_tracefunc == trace_function) {
+        restore_foreign();
+    }
+}
+
+static PyObject *
+threading_hook(PyObject *threading)
+{
+    PyObject *cur = PyObject_GetAttrString(threading, "_trace_hook");
+    if (cur == NULL) {
+        PyErr_Clear();
+        cur = Py_NewRef(Py_None);
+    }
+    return cur;
+}
+
+/* threading.settrace(token) for new threads, keeping the hook another tool
+ * set there to run first; on removal, put that hook back if ours is still
+ * in place. */
 static int
 set_thread_starter(int on)
 {
@@ -134,21 +255,80 @@ set_thread_starter(int on)
         return -1;
     }
     PyObject *r = NULL;
+    PyObject *cur = threading_hook(threading);
     if (on) {
-        r = PyObject_CallMethod(threading, "settrace", "O", hook_token);
+        if (cur != hook_token) {
+            Py_XSETREF(prior_thread_hook, cur == Py_None ? NULL : Py_NewRef(cur));
+            r = PyObject_CallMethod(threading, "settrace", "O", hook_token);
+        }
+        else {
+            r = Py_NewRef(Py_None);
+        }
     }
     else {
-        PyObject *cur = PyObject_GetAttrString(threading, "_trace_hook");
-        if (cur == NULL) {
-            PyErr_Clear();
-        }
-        r = cur == hook_token ? PyObject_CallMethod(threading, "settrace", "O", Py_None)
-                              : Py_NewRef(Py_None);
-        Py_XDECREF(cur);
+        r = cur == hook_token
+            ? PyObject_CallMethod(threading, "settrace", "O",
+                                  prior_thread_hook ? prior_thread_hook : Py_None)
+            : Py_NewRef(Py_None);
+        Py_CLEAR(prior_thread_hook);
     }
+    Py_DECREF(cur);
     Py_DECREF(threading);
     Py_XDECREF(r);
     return r ? 0 : -1;
+}
+
+/* Pending call (main thread): after someone called sys.settrace while we
+ * profile, chain to the newcomer, or stand alone again if it left. */
+static int
+recheck(void *unused)
+{
+    recheck_pending = 0;
+    if (memlab_enabled_tracers == NULL || strcmp(memlab_mechanism, "settrace") != 0) {
+        return 0;
+    }
+    PyThreadState *ts = PyThreadState_Get();
+    memlab_saved_exc saved;
+    memlab_save_exc(&saved);
+    /* Tools that set sys.settrace usually set threading.settrace too. */
+    if (set_thread_starter(1) < 0) {
+        PyErr_WriteUnraisable(NULL);
+    }
+    if (ts->c_tracefunc == trace_function) {
+        memlab_restore_exc(&saved);
+        return 0;
+    }
+    if (ts->c_tracefunc != NULL && !warned_foreign_tracer) {
+        warned_foreign_tracer = 1;
+        if (PyErr_WarnEx(PyExc_RuntimeWarning,
+                         "pytorch_memlab: another tool called sys.settrace while profiling; "
+                         "its trace function is kept and pytorch_memlab runs chained to it "
+                         "(profiling resumes; it stands alone again once that tool leaves)",
+                         1) < 0) {
+            PyErr_WriteUnraisable(NULL);
+        }
+    }
+    if (install_here() < 0) {
+        PyErr_WriteUnraisable(NULL);
+    }
+    memlab_restore_exc(&saved);
+    return 0;
+}
+
+/* Another tool is about to change a thread's trace function: look again
+ * once it has. */
+static int
+audit_hook(const char *event, PyObject *args, void *unused)
+{
+    if (memlab_enabled_tracers == NULL || setting_trace || recheck_pending
+            || strcmp(event, "sys.settrace") != 0
+            || strcmp(memlab_mechanism, "settrace") != 0) {
+        return 0;
+    }
+    if (Py_AddPendingCall(recheck, NULL) == 0) {
+        recheck_pending = 1;
+    }
+    return 0;
 }
 
 int
@@ -166,8 +346,8 @@ settrace_disable(TracerObject *t)
     if (memlab_enabled_tracers != NULL) {
         return 0;   /* others still need the hook */
     }
-    int rc = uninstall_here();
-    return set_thread_starter(0) < 0 ? -1 : rc;
+    uninstall_here();
+    return set_thread_starter(0);
 }
 
 PyObject *
@@ -183,20 +363,27 @@ memlab_install_thread_hook(PyObject *module, PyObject *unused)
 }
 
 /* Called as a Python trace function in a new thread (threading.settrace):
- * swap itself for the C hook. */
+ * run the hook another tool had set there first (it installs that tool's
+ * trace function), then chain ours to it. */
 static PyObject *
 thread_starter(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (memlab_enabled_tracers != NULL) {
-        PyEval_SetTrace(NULL, NULL);
-        if (install_here() < 0) {
+    PyObject *result = Py_None;
+    set_trace(NULL, NULL);
+    if (prior_thread_hook != NULL) {
+        result = PyObject_Vectorcall(prior_thread_hook, args, (size_t)nargs, NULL);
+        if (result == NULL) {
             return NULL;
         }
     }
     else {
-        PyEval_SetTrace(NULL, NULL);
+        Py_INCREF(result);
     }
-    Py_RETURN_NONE;
+    if (memlab_enabled_tracers != NULL && install_here() < 0) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    return result;
 }
 
 static PyMethodDef thread_starter_def = {
@@ -207,6 +394,28 @@ static PyMethodDef thread_starter_def = {
 int
 settrace_init(PyObject *module)
 {
+    if (!PyThread_tss_is_created(&foreign_key) && PyThread_tss_create(&foreign_key) != 0) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot create thread-specific storage");
+        return -1;
+    }
+    static int audit_hook_added;     /* audit hooks cannot be removed: add once */
+    if (!audit_hook_added) {
+        if (PySys_AddAuditHook(audit_hook, NULL) < 0) {
+            return -1;
+        }
+        audit_hook_added = 1;
+    }
+#if PY_VERSION_HEX >= 0x030B0000
+    PyObject *opcode = PyImport_ImportModule("opcode");
+    PyObject *opmap = opcode ? PyObject_GetAttrString(opcode, "opmap") : NULL;
+    PyObject *resume = opmap ? PyDict_GetItemString(opmap, "RESUME") : NULL;  /* Borrowed */
+    resume_opcode = resume ? (int)PyLong_AsLong(resume) : -1;
+    Py_XDECREF(opmap);
+    Py_XDECREF(opcode);
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+#endif
     str_f_trace_lines = PyUnicode_InternFromString("f_trace_lines");
     if (str_f_trace_lines == NULL) {
         return -1;
@@ -215,5 +424,5 @@ settrace_init(PyObject *module)
     if (hook_token == NULL) {
         return -1;
     }
-    return PyModule_AddObject(module, "_thread_starter", Py_NewRef(hook_token)) < 0 ? -1 : 0;
+    return PyModule_AddObjectRef(module, "_thread_starter", hook_token);
 }

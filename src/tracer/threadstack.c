@@ -16,26 +16,27 @@ void
 threadstacks_dealloc(ThreadStacks *all)
 {
     for (int i = 0; i < all->n_stacks; i++) {
-        free(all->stacks[i].frames);
-        free(all->stacks[i].pending);
+        free(all->stacks[i]->frames);
+        free(all->stacks[i]->pending);
+        free(all->stacks[i]);
     }
     free(all->stacks);
     threadstacks_init(all, all->n_columns);
 }
 
 ThreadStack *
-threadstacks_get(ThreadStacks *all, const void *thread)
+threadstacks_get(ThreadStacks *all, uint64_t thread)
 {
-    if (all->n_stacks > 0 && all->stacks[all->last].thread == thread) {
-        return &all->stacks[all->last];
+    if (all->n_stacks > 0 && all->stacks[all->last]->thread == thread) {
+        return all->stacks[all->last];
     }
     int idle = -1;
     for (int i = 0; i < all->n_stacks; i++) {
-        if (all->stacks[i].thread == thread) {
+        if (all->stacks[i]->thread == thread) {
             all->last = i;
-            return &all->stacks[i];
+            return all->stacks[i];
         }
-        if (idle < 0 && all->stacks[i].depth == 0) {
+        if (idle < 0 && all->stacks[i]->depth == 0 && !all->stacks[i]->in_callback) {
             idle = i;
         }
     }
@@ -44,19 +45,23 @@ threadstacks_get(ThreadStacks *all, const void *thread)
     if (idle < 0) {
         if (all->n_stacks == all->cap_stacks) {
             int cap = all->cap_stacks ? 2 * all->cap_stacks : 4;
-            ThreadStack *grown = realloc(all->stacks, sizeof(ThreadStack) * (size_t)cap);
+            ThreadStack **grown = realloc(all->stacks, sizeof(ThreadStack *) * (size_t)cap);
             if (grown == NULL) {
                 return NULL;
             }
             all->stacks = grown;
             all->cap_stacks = cap;
         }
+        ThreadStack *fresh = calloc(1, sizeof(ThreadStack));
+        if (fresh == NULL) {
+            return NULL;
+        }
         idle = all->n_stacks++;
-        memset(&all->stacks[idle], 0, sizeof(ThreadStack));
+        all->stacks[idle] = fresh;
     }
-    all->stacks[idle].thread = thread;
+    all->stacks[idle]->thread = thread;
     all->last = idle;
-    return &all->stacks[idle];
+    return all->stacks[idle];
 }
 
 static int

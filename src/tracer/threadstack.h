@@ -16,16 +16,21 @@ typedef struct {
 /* The profiled frames of one thread, innermost last.  pending holds, per
  * frame, the figures folded so far for its current line. */
 typedef struct {
-    const void *thread;    /* Borrowed, identity only: the PyThreadState */
+    uint64_t thread;       /* PyThreadState_GetID(): never reused, unlike the
+                              PyThreadState's address */
+    int in_callback;       /* re-entry guard: a Python source runs code on
+                              this thread (other threads carry on) */
     Frame *frames;         /* Owned. */
     int64_t *pending;      /* Owned. capacity * n_columns */
     int depth;
     int capacity;
 } ThreadStack;
 
-/* Every thread's stack; threads are few, so a short array with a cache. */
+/* Every thread's stack; threads are few, so a short array with a cache.
+ * Stacks are allocated one by one and never move: a Python source's sample()
+ * may let another thread add a stack while this one holds a pointer. */
 typedef struct {
-    ThreadStack *stacks;   /* Owned. */
+    ThreadStack **stacks;  /* Owned, and each stack too. */
     int n_stacks;
     int cap_stacks;
     int last;              /* index of the stack used last */
@@ -36,7 +41,7 @@ void threadstacks_init(ThreadStacks *all, int n_columns);
 void threadstacks_dealloc(ThreadStacks *all);
 
 /* The stack of `thread`, made if needed; NULL when out of memory. */
-ThreadStack *threadstacks_get(ThreadStacks *all, const void *thread);
+ThreadStack *threadstacks_get(ThreadStacks *all, uint64_t thread);
 
 static inline int64_t *
 threadstack_pending(ThreadStack *stack, int n_columns, int index)

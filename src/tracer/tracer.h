@@ -14,7 +14,6 @@ typedef struct TracerObject {
     ThreadStacks threads;
     int64_t *interval;             /* Owned. scratch: n_columns figures */
     int enabled;
-    int in_callback;               /* re-entry guard: a Python source runs code */
     Py_ssize_t sample_errors;      /* readings that failed (reported at stats()) */
     Py_ssize_t memory_errors;      /* commits lost to a failed allocation */
     int tool_id;                   /* sys.monitoring tool id, -1 when none */

@@ -1,6 +1,7 @@
 /* The Python face of a Tracer: construction, registration, control, stats. */
 #include "tracer.h"
 
+#include <limits.h>
 #include <stdlib.h>
 
 static int
@@ -22,11 +23,13 @@ Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     if (sampler_init(&self->sampler, source, device, columns, growth) < 0) {
+        sampler_dealloc(&self->sampler);    /* a failed init may be retried */
         return -1;
     }
     int n = self->sampler.n_columns;
     self->interval = calloc((size_t)n + 1, sizeof(int64_t));
     if (self->interval == NULL) {
+        sampler_dealloc(&self->sampler);
         PyErr_NoMemory();
         return -1;
     }
@@ -144,17 +147,19 @@ Tracer_disable(TracerObject *self, PyObject *unused)
 static PyObject *
 Tracer_set_device(TracerObject *self, PyObject *arg)
 {
-    int device = PyLong_AsLong(arg);
-    if (device == -1 && PyErr_Occurred()) {
+    long value = PyLong_AsLong(arg);
+    if (value == -1 && PyErr_Occurred()) {
         return NULL;
     }
     if (!tracer_ready(self)) {
         return NULL;
     }
-    if (device < 0) {
-        PyErr_SetString(PyExc_ValueError, "device index must be >= 0");
+    if (value < 0 || value > INT_MAX) {
+        PyErr_Format(PyExc_ValueError, "device index must be from 0 to %d, not %ld",
+                     INT_MAX, value);
         return NULL;
     }
+    int device = (int)value;
     int old = self->sampler.device;
     self->sampler.device = device;
     if (!self->enabled) {

@@ -1,0 +1,163 @@
+"""Regression tests for defects of the C core: references, error paths,
+thread identity.  Memory errors are witnessed in a fresh interpreter under
+PYTHONMALLOC=debug (freed memory is overwritten, so a use after free fails
+loudly there instead of passing by luck)."""
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from pytorch_memlab import _tracer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MONITORING = _tracer.MECHANISM == "monitoring"
+
+
+def simple():
+    x = 1
+    return x
+
+
+class Source:
+    """A Python memory source with one level field, counting readings."""
+    name = "py"
+    fields = ("n.current",)
+
+    def __init__(self, on_sample=None):
+        self.n = 0
+        self.on_sample = on_sample
+
+    def prepare(self, device):
+        pass
+
+    def sample(self, device):
+        self.n += 1
+        if self.on_sample is not None:
+            self.on_sample()
+        return (self.n,)
+
+    def reset_peaks(self, device):
+        pass
+
+
+def run_debug_malloc(code):
+    env = dict(os.environ, PYTHONMALLOC="debug", PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_source_dropping_next_tracer_is_safe():
+    # a sample() that drops the last reference of the next enabled tracer
+    proc = run_debug_malloc('''
+        import gc
+        from pytorch_memlab import _tracer
+
+        def simple():
+            x = 1
+            return x
+
+        holder = {}
+        armed = False
+
+        class Dropper:
+            name = "py"
+            fields = ("n.current",)
+            def prepare(self, device): pass
+            def reset_peaks(self, device): pass
+            def sample(self, device):
+                if armed:
+                    holder.clear()    # the other tracer dies here
+                return (0,)
+
+        other = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+        other.add_code(simple.__code__)
+        other.enable()
+        holder["t"] = other
+        del other
+        mine = _tracer.Tracer(Dropper(), 0, ["n.current"], "n.current")
+        mine.add_code(simple.__code__)
+        mine.enable()                 # newest first: mine runs before other
+        armed = True
+        for _ in range(3):
+            simple()
+        mine.disable()
+        print("ok", sorted(mine.stats()[simple.__code__]))
+    ''')
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("ok [")
+
+
+def test_failed_reinit_keeps_no_reference():
+    source = Source()
+    t = _tracer.Tracer.__new__(_tracer.Tracer)
+    before = sys.getrefcount(source)
+    for _ in range(20):
+        with pytest.raises(ValueError):
+            t.__init__(source, 0, ["no.such.column"])
+    assert sys.getrefcount(source) == before
+    t.__init__(source, 0, ["n.current"])
+    assert t.columns == ("n.current",) or list(t.columns) == ["n.current"]
+
+
+def test_device_index_is_not_truncated():
+    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    with pytest.raises(ValueError, match="device index"):
+        t.set_device(2 ** 32)          # used to become device 0
+    assert t.device == 0
+
+
+@pytest.mark.skipif(not MONITORING, reason="sys.monitoring mechanism only")
+def test_unhashable_code_error_is_reported_at_disable():
+    # set membership that fails is an error, not "absent"
+    weird = simple.__code__.replace(co_consts=simple.__code__.co_consts + ([],))
+    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    other = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    t.enable()
+    other.enable()
+    try:
+        with pytest.raises(TypeError):
+            t.add_code(weird)
+        with pytest.raises(TypeError):
+            t.disable()                  # was: SystemError (result with an error set)
+        assert not t.enabled
+    finally:
+        other.disable()
+        t.disable()
+
+
+def test_guard_is_per_thread():
+    # while one thread's sample() runs Python code (and lets other threads
+    # run), the other threads' events are still counted
+    started, release = threading.Event(), threading.Event()
+    state = {"blocking": False}
+
+    def slow():
+        if state["blocking"] and threading.current_thread().name == "slow":
+            state["blocking"] = False
+            started.set()
+            release.wait(10)
+
+    source = Source(on_sample=slow)
+    t = _tracer.Tracer(source, 0, ["n.current"], "n.current")
+    t.add_code(simple.__code__)
+    t.enable()
+    try:
+        def slow_thread():
+            _tracer.install_thread_hook()
+            state["blocking"] = True
+            simple()
+
+        th = threading.Thread(target=slow_thread, name="slow")
+        th.start()
+        assert started.wait(10)
+        _tracer.install_thread_hook()
+        simple()                           # main thread, meanwhile
+        release.set()
+        th.join()
+    finally:
+        t.disable()
+    counts = {line: rec[0] for line, rec in t.stats()[simple.__code__].items()}
+    assert counts[simple.__code__.co_firstlineno + 1] == 2
