@@ -28,7 +28,8 @@ ALL_PYTHONS_ABS = $(foreach p,$(ALL_PYTHONS),$(if $(findstring /,$(p)),$(abspath
 TRACER_TESTS := $(wildcard test/test_tracer*.py)
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 PYTEST_JOBS ?= 2
-XDIST = $(if $(filter-out 0 1,$(PYTEST_JOBS)),-n $(PYTEST_JOBS))
+# loadfile: a module's tests share one worker, so a module-scoped venv is built once
+XDIST = $(if $(filter-out 0 1,$(PYTEST_JOBS)),-n $(PYTEST_JOBS) --dist loadfile)
 
 ASAN_DIR ?= build/asan
 ASAN_EXAMPLES ?= 60
@@ -93,12 +94,17 @@ smoke: build
 	done
 	for py in $(TRACER_PYTHONS); do $$py -c 'import sys; sys.path.insert(0, "."); import pytorch_memlab._tracer'; done
 
+# The slow tests build packages in fresh venvs with the pinned CPU torch
+# (TORCH_SPEC, 3.11 only) and do not depend on the tracer mechanism: they run
+# once, on $(PYTHON).
 test: smoke
-	for py in $(PYTHON) $(TORCH_PYTHONS); do \
+	echo "== $(PYTHON): the whole suite"
+	PYTHONPATH=$(CURDIR) $(PYTHON) -m pytest $(PYTEST_FLAGS) $(XDIST) test
+	for py in $(TORCH_PYTHONS); do \
 	    for mech in $(call mechanisms,$$py); do \
-	        echo "== $$py, $$mech: the whole suite"; \
+	        echo "== $$py, $$mech: the whole suite but the slow install tests"; \
 	        PYTHONPATH=$(CURDIR) PYTORCH_MEMLAB_TRACER=$$mech \
-	            $$py -m pytest $(PYTEST_FLAGS) $(XDIST) test; \
+	            $$py -m pytest $(PYTEST_FLAGS) $(XDIST) -m "not slow" test; \
 	    done; \
 	done
 	for py in $(TRACER_PYTHONS); do \

@@ -208,7 +208,8 @@ sampler_dealloc(Sampler *s)
 {
     sampler_stop(s);
     for (int r = 0; r < s->n_readers; r++) {
-        free(s->readers[r].last_counter);
+        free(s->readers[r]->last_counter);
+        free(s->readers[r]);
     }
     free(s->readers);
     s->readers = NULL;
@@ -400,13 +401,13 @@ src_read(Sampler *s, int reader)
 }
 
 void
-sampler_release(Sampler *s, const void *thread)
+sampler_release(Sampler *s, uint64_t thread)
 {
     if (!s->push) {
         return;
     }
     for (int r = 0; r < s->n_readers; r++) {
-        SamplerReader *rd = &s->readers[r];
+        SamplerReader *rd = s->readers[r];
         if (rd->thread == thread && rd->reader >= 0) {
             src_close_reader(s, rd->device, rd->reader);
             rd->reader = -1;
@@ -418,7 +419,7 @@ static void
 close_readers(Sampler *s)
 {
     for (int r = 0; r < s->n_readers; r++) {
-        SamplerReader *rd = &s->readers[r];
+        SamplerReader *rd = s->readers[r];
         if (rd->reader >= 0) {
             src_close_reader(s, rd->device, rd->reader);
             rd->reader = -1;
@@ -428,50 +429,58 @@ close_readers(Sampler *s)
 
 /* `thread`'s reader slot, made if needed; NULL when out of memory. */
 static SamplerReader *
-reader_slot(Sampler *s, const void *thread)
+reader_slot(Sampler *s, uint64_t thread)
 {
-    if (s->n_readers > 0 && s->readers[s->last_reader].thread == thread) {
-        return &s->readers[s->last_reader];
+    if (s->n_readers > 0 && s->readers[s->last_reader]->thread == thread) {
+        return s->readers[s->last_reader];
     }
     int idle = -1;
     for (int r = 0; r < s->n_readers; r++) {
-        if (s->readers[r].thread == thread) {
+        if (s->readers[r]->thread == thread) {
             s->last_reader = r;
-            return &s->readers[r];
+            return s->readers[r];
         }
-        if (idle < 0 && s->readers[r].reader < 0) {
+        if (idle < 0 && s->readers[r]->reader < 0) {
             idle = r;
         }
     }
     if (idle < 0) {
-        SamplerReader *grown = realloc(s->readers, sizeof(SamplerReader) * (size_t)(s->n_readers + 1));
+        /* Readers are allocated one by one and never move: a Python source's
+         * read() may let another thread add a reader while this one holds a
+         * pointer to its own. */
+        SamplerReader **grown = realloc(s->readers, sizeof(SamplerReader *) * (size_t)(s->n_readers + 1));
         if (grown == NULL) {
             return NULL;
         }
         s->readers = grown;
-        idle = s->n_readers;
-        grown[idle].last_counter = calloc((size_t)s->n_columns + 1, sizeof(int64_t));
-        if (grown[idle].last_counter == NULL) {
+        SamplerReader *rd = calloc(1, sizeof(SamplerReader));
+        int64_t *last = calloc((size_t)s->n_columns + 1, sizeof(int64_t));
+        if (rd == NULL || last == NULL) {
+            free(rd);
+            free(last);
             return NULL;
         }
+        rd->last_counter = last;
+        rd->reader = -1;
+        idle = s->n_readers;
+        grown[idle] = rd;
         s->n_readers++;
-        grown[idle].reader = -1;
     }
-    s->readers[idle].thread = thread;
+    s->readers[idle]->thread = thread;
     s->last_reader = idle;
-    return &s->readers[idle];
+    return s->readers[idle];
 }
 
 /* Read through `thread`'s register, opening it (and taking the counters'
  * baseline) on first use.  Returns 0, or -1. */
 static int
-push_take(Sampler *s, const void *thread, int64_t *interval)
+push_take(Sampler *s, uint64_t thread, int64_t *interval)
 {
     SamplerReader *rd = reader_slot(s, thread);
     if (rd == NULL) {
         return -1;
     }
-    int own = thread == (const void *)PyThreadState_Get();
+    int own = thread == PyThreadState_GetID(PyThreadState_Get());
     int fresh = rd->reader < 0;
     if (fresh) {
         rd->reader = src_open_reader(s);
@@ -620,7 +629,7 @@ sampler_start(Sampler *s)
 }
 
 int
-sampler_take(Sampler *s, const void *thread, int64_t *interval, int64_t *level)
+sampler_take(Sampler *s, uint64_t thread, int64_t *interval, int64_t *level)
 {
     if (s->push) {
         if (push_take(s, thread, interval) < 0) {

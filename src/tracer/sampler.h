@@ -18,7 +18,7 @@ typedef enum {
 /* One thread's reader of a push source: the source's peak register and the
  * thread's counter readings at its previous read. */
 typedef struct {
-    const void *thread;            /* Borrowed, identity only: the PyThreadState */
+    uint64_t thread;               /* PyThreadState_GetID() of its thread */
     int device;                    /* the device `reader` belongs to */
     int reader;                    /* the source's register; -1 when closed */
     int64_t *last_counter;         /* Owned. n_columns */
@@ -42,7 +42,7 @@ typedef struct Sampler {
                                       since our last reading */
     int has_carried;
     int push;                      /* the source offers read(): readers, no resets */
-    SamplerReader *readers;        /* Owned. n_readers, for push sources */
+    SamplerReader **readers;       /* Owned, and each reader too; for push sources */
     int n_readers;
     int last_reader;               /* index used last: a cache */
     struct Sampler *next_live;     /* Borrowed. started samplers, to share peaks */
@@ -67,9 +67,9 @@ void sampler_stop(Sampler *s);
  * field's level into *level.  Only the calling thread's own counters can be
  * read, so for another thread counters read 0.  Never raises; returns -1 if
  * the device could not be read. */
-int sampler_take(Sampler *s, const void *thread, int64_t *interval, int64_t *level);
+int sampler_take(Sampler *s, uint64_t thread, int64_t *interval, int64_t *level);
 
 /* `thread` has no profiled frame left: give its reader back. */
-void sampler_release(Sampler *s, const void *thread);
+void sampler_release(Sampler *s, uint64_t thread);
 
 #endif /* MEMLAB_SAMPLER_H */
