@@ -2,7 +2,8 @@
 # One call on the lent GPU machine: build, the whole suite (CUDA tests run
 # there), the benchmarks side by side with the old package, a short table last.
 #   device: run(command="bash bench/device_run.sh", carry=[".whl"])
-# .whl holds the old package's wheels (pip download pytorch-memlab calmsize).
+# .whl holds the old package's wheels (pip download pytorch-memlab calmsize), the
+# line_profiler package for the coexistence tests, and .whl/nb (IPython, kernel).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/memlab-out}
@@ -11,7 +12,7 @@ STAGES=${STAGES:-build test bench notebook}
 summary=()
 
 if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/calmsize*.whl
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/calmsize*.whl $(ls .whl/line_profiler*.whl 2>/dev/null)
     rm -rf /tmp/old && mkdir -p /tmp/old && (cd /tmp/old && python3 -m zipfile -e "$OLDPWD"/.whl/pytorch_memlab-*.whl . \
         && mv pytorch_memlab old_pytorch_memlab)
     # IPython, ipykernel, nbclient and their needs, for the magics and notebook
