@@ -32,7 +32,7 @@ if [[ $STAGES == *build* ]]; then
 fi
 
 if [[ $STAGES == *test* ]]; then
-    python3 -m pytest ${PYTEST_TARGETS:-test} -q -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -40
+    python3 -m pytest ${PYTEST_TARGETS:-test} -q -rs -p no:cacheprovider -m "not slow" 2>&1 | tee "$OUT/pytest.log" | tail -40
     summary+=("pytest: $(grep -E '^[0-9]+ (passed|failed)|passed|failed' "$OUT/pytest.log" | tail -1)")
     python3 -m pytest ${PYTEST_TARGETS:-test} -q -p no:cacheprovider -m cuda 2>&1 | tail -3 | tee "$OUT/pytest-cuda.log"
     summary+=("pytest -m cuda: $(tail -1 "$OUT/pytest-cuda.log")")
