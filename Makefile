@@ -76,7 +76,7 @@ endef
 .venv-3.9/.installed .venv-3.10/.installed: .venv-%/.installed:
 	py="$(PY$(subst .,,$*))"; test -n "$$py" || { echo "python$* not found"; exit 1; }; \
 	    $$py -m venv .venv-$*
-	.venv-$*/bin/python -m pip install -q setuptools wheel pytest hypothesis pytest-xdist
+	.venv-$*/bin/python -m pip install -q --upgrade pip "setuptools>=77" wheel && .venv-$*/bin/python -m pip install -q pytest hypothesis pytest-xdist
 	touch $@
 
 build:

@@ -81,7 +81,9 @@ restore_foreign(void)
     }
 }
 
-static int resume_opcode = -1;        /* opcode.opmap["RESUME"], 3.11+ */
+#if PY_VERSION_HEX >= 0x030B0000
+static int resume_opcode = -1;        /* opcode.opmap["RESUME"] */
+#endif
 
 /* Is this 'call' event a generator or coroutine resuming after a yield or
  * await (not starting, and not a throw() or close())?  3.11+: the event comes
