@@ -32,6 +32,10 @@ PLUGIN = [] if _entry_point_installed() else ["-p", MODULE]
 def run(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    # pytest prints whole short-summary lines under CI (CI / BUILD_NUMBER set)
+    # and cuts them to the terminal's width elsewhere; README shows the latter.
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("BUILD_NUMBER", raising=False)
 
     def go(*args, subprocess=False):
         if subprocess:      # a fresh process: nothing live from earlier tests
