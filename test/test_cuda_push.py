@@ -5,12 +5,13 @@ import gc
 import os
 import random
 import sys
-import textwrap
+import threading
+import time
 import warnings
 
 import pytest
 from conftest import requires_cuda
-from helpers import run_script
+from helpers import line_of, run_script
 
 torch = pytest.importorskip("torch")
 
@@ -380,3 +381,70 @@ def test_seed_example_figures_match_unprofiled_levels(tmp_path):
     levels, profiled, max_allocated = out.splitlines()
     assert levels == profiled
     assert int(max_allocated) == eval(levels)[-1]   # never reset: the whole run's peak
+
+
+def cuda_keep_and_temp(ready, proceed):
+    ready.set()  # before
+    proceed.wait(30)  # wait
+    # The sleeps hand the GIL to the spinning thread in the middle of the line.
+    x = (torch.empty(524288, device="cuda"), time.sleep(0.02), torch.empty(262144, device="cuda"), time.sleep(0.02))[2]  # keep 1 MiB, 2 MiB temporary
+    return x  # done
+
+
+def cuda_spin(until):
+    n = 0  # start
+    while not until.is_set():
+        n += 1  # spin
+    return n  # done
+
+
+THREAD_COLUMNS = ["active_bytes.all.peak", "active_bytes.all.allocated",
+                  "active_bytes.all.freed"]
+
+
+def cuda_row(prof, func, text):
+    lineno = line_of(func, text)
+    for record in prof.stats(func):
+        if record["device"].startswith("cuda"):
+            return next(line for line in record["lines"] if line["lineno"] == lineno)
+    raise AssertionError(func)
+
+
+@requires_cuda
+@needs_shim
+def test_thread_line_exact_while_main_thread_profiled():
+    """Issue 11's thread case on the GPU: one profiler, two threads; each
+    line's allocated / freed are its own thread's."""
+    torch.cuda.init()
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    prof = LineProfiler(cuda_keep_and_temp, cuda_spin, device="cuda:0",
+                        columns=THREAD_COLUMNS)
+    ready, proceed, done = threading.Event(), threading.Event(), threading.Event()
+    kept = []
+
+    def worker():
+        kept.append(cuda_keep_and_temp(ready, proceed))
+        done.set()
+
+    try:
+        with prof:
+            t = threading.Thread(target=worker)
+            t.start()
+            ready.wait(30)
+            proceed.set()
+            cuda_spin(done)
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    base = cuda_row(prof, cuda_keep_and_temp, "# wait")["active_bytes.all.peak"]
+    line = cuda_row(prof, cuda_keep_and_temp, "# keep 1 MiB")
+    assert line["count"] == 1
+    assert line["active_bytes.all.peak"] - base == 3 * MiB
+    assert line["active_bytes.all.allocated"] == 3 * MiB
+    assert line["active_bytes.all.freed"] == 2 * MiB
+    assert line["net_growth"] == MiB
+    spun = [line for rec in prof.stats(cuda_spin) if rec["device"].startswith("cuda")
+            for line in rec["lines"] if line["count"]]
+    assert spun and all((line["active_bytes.all.allocated"], line["active_bytes.all.freed"])
+                        == (0, 0) for line in spun)
