@@ -7,8 +7,9 @@ from typing import Any
 
 from pytorch_memlab import _sources
 
-_CUDA_OTHER_COLUMNS = ("columns outside active/allocated/reserved_bytes.all.* are polled "
-                       "from getDeviceStats, resetting the device's peaks at every line")
+_CUDA_OTHER_COLUMNS = ("columns other than active_bytes.all.current/peak and "
+                       "reserved_bytes.all.current/peak are polled from getDeviceStats, "
+                       "resetting the device's peaks at every line")
 
 
 def info() -> dict[str, Any]:

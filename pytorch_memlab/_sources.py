@@ -125,8 +125,8 @@ def cuda_push_choice(columns: Optional[Iterable[str]] = None) -> tuple[Any, Opti
     wanted = set(shim.fields("cuda") if columns is None else columns)
     missing = sorted(wanted - pushed)
     if missing:
-        return None, (f"column(s) {', '.join(missing)} are not tracked by the push path, "
-                      "only active/allocated/reserved_bytes.all.*")
+        return None, (f"column(s) {', '.join(missing)} are not pushed (only "
+                      f"{', '.join(sorted(pushed))} are)")
     return capsule, None
 
 

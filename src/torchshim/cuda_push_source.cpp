@@ -1,28 +1,33 @@
 // The CUDA push source: an AllocatorTraceTracker attached to the caching
-// allocator keeps, per device, the current allocated / active / reserved
-// bytes, each open reader's peak registers and each thread's own
-// allocated / freed totals.  Reading it never touches the allocator's own
-// statistics, so the user's max_memory_allocated() and every *.peak of
-// torch.cuda.memory_stats() survive profiling.
+// allocator raises each open reader's peak registers, so reading a line's
+// peak never resets the allocator's own statistics: the user's
+// max_memory_reserved() and every *.peak of torch.cuda.memory_stats() survive
+// profiling.
 //
 // Fields (sorted, like torch.cuda.memory_stats()):
-//   active_bytes.all.*, allocated_bytes.all.*, reserved_bytes.all.*
-// each with .allocated/.current/.freed/.peak.  Columns outside this set are
-// read from the polled CUDA source (cuda_source.cpp); Python picks which
-// source a profiler gets (_sources.get_source).
+//   active_bytes.all.current, active_bytes.all.peak,
+//   reserved_bytes.all.current, reserved_bytes.all.peak
+// which covers the profiler's default columns and its growth field.  Other
+// columns are read from the polled CUDA source (cuda_source.cpp); Python
+// picks the source (_sources.get_source).
 //
-// The tracker runs on the allocating / freeing thread with the allocator's
-// per-device mutex held: it never takes the GIL, never calls into torch,
-// never allocates.  It cannot be detached, so one atomic flag (g_armed)
-// makes it return at once while no reader is open.
+// Why the tracker does not sum event sizes: TraceEntry::size_ of ALLOC /
+// FREE_REQUESTED / FREE_COMPLETED is the *requested* size, while
+// active_bytes and allocated_bytes count whole blocks (rounded, and
+// sometimes an unsplit remainder), which no event carries.  So at each event
+// the tracker reads the device's levels with getDeviceStats() -- the
+// allocator's mutex is a recursive_mutex already held by this very thread,
+// so this relocks it and takes nothing else; no GIL, no Python, no
+// allocation -- and raises every open register with them.  Each level the
+// allocator reaches is seen either at the next event of that device or by
+// the reader's own read(): active bytes only fall after a FREE_COMPLETED
+// callback and reserved bytes only fall in a SEGMENT_FREE / SEGMENT_UNMAP
+// that follows the ALLOC that used the segment.  (allocated_bytes falls
+// *before* its FREE_REQUESTED callback, so its peak cannot be caught this
+// way: it is not offered here.)
 //
-// Start values: while disarmed the tracked levels go stale, so arming
-// re-synchronises each device from one getDeviceStats() read.  We cannot
-// hold the allocator's mutex around that read, so every event also bumps a
-// per-device sequence number: read seq, read the stats, read our levels,
-// read seq again; equal numbers mean no event fell between the stats and
-// our levels, and their difference is the device's offset (retried a few
-// times, else the reader is refused and that thread's lines are not read).
+// The tracker cannot be detached, so one atomic flag makes it return at once
+// while no reader is open.
 #include "compat.h"
 #include "shim.h"
 
@@ -41,12 +46,21 @@ namespace {
 
 namespace cca = c10::cuda::CUDACachingAllocator;
 using TraceEntry = cca::TraceEntry;
+using c10::CachingDeviceAllocator::DeviceStats;
 
-// The three levels the tracker follows, in field order.
-enum Quantity { ACTIVE = 0, ALLOCATED = 1, RESERVED = 2, N_QUANTITIES = 3 };
+// The levels followed, in field order.
+enum Quantity { ACTIVE = 0, RESERVED = 1, N_QUANTITIES = 2 };
 
-constexpr int kMaxDevices = 32;  // events of higher indices are not followed
-constexpr int kMaxReaders = 64;  // per device; a reader finding none polls
+constexpr int kMaxDevices = 64;  // events of higher indices are not followed
+constexpr int kMaxReaders = 64;  // per device; a reader finding none fails
+
+constexpr auto kAll =
+    static_cast<std::size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE);
+
+void levels_of(const DeviceStats &stats, int64_t *out) noexcept {
+    out[ACTIVE] = stats.active_bytes[kAll].current;
+    out[RESERVED] = stats.reserved_bytes[kAll].current;
+}
 
 void raise_to(std::atomic<int64_t> &peak, int64_t now) noexcept {
     int64_t seen = peak.load(std::memory_order_relaxed);
@@ -55,45 +69,30 @@ void raise_to(std::atomic<int64_t> &peak, int64_t now) noexcept {
     }
 }
 
-// One device.  Levels are raw: the tracker's running sums since the
-// process attached it; value = raw + offset, offset set at each sync.
-// Registers hold raw peaks, so the tracker never needs the offset.
+// One device's readers.
 struct Device {
-    std::atomic<uint64_t> seq{0};
-    std::atomic<int64_t> raw[N_QUANTITIES] = {};
-    std::atomic<int64_t> offset[N_QUANTITIES] = {};
     std::atomic<uint64_t> open{0};  // bit i: registers[i] in use
     std::atomic<int64_t> registers[kMaxReaders][N_QUANTITIES] = {};
-    uint64_t synced_epoch = 0;       // guarded by g_control
 
-    void raise_readers(Quantity q, int64_t now) noexcept {
+    void raise_readers(const int64_t *levels) noexcept {
         uint64_t bits = open.load(std::memory_order_acquire);
         while (bits != 0) {
             const int i = __builtin_ctzll(bits);
             bits &= bits - 1;
-            raise_to(registers[i][q], now);
+            for (int q = 0; q < N_QUANTITIES; ++q)
+                raise_to(registers[i][q], levels[q]);
         }
     }
 };
 
 Device g_devices[kMaxDevices];
 
-// What the calling thread itself allocated / freed, per device and
-// quantity.  Only its own thread touches it (the tracker runs on the
-// allocating or freeing thread, read() on the reader's thread).
-struct ThreadTotals {
-    int64_t allocated[kMaxDevices][N_QUANTITIES];
-    int64_t freed[kMaxDevices][N_QUANTITIES];
-};
-thread_local ThreadTotals t_totals{};
+std::atomic<bool> g_armed{false};  // any reader open on any device
+std::mutex g_control;              // open / close / the one attach
+int g_open_readers = 0;            // guarded by g_control, all devices
+bool g_attached = false;           // guarded by g_control
 
-std::atomic<bool> g_armed{false};
-std::mutex g_control;        // open/close/arm/sync and the one attach
-uint64_t g_epoch = 0;        // guarded by g_control; bumped at each arming
-int g_open_readers = 0;      // guarded by g_control, all devices
-bool g_attached = false;     // guarded by g_control
-
-// Under the allocator's device mutex: no GIL, no torch, no allocation.
+// Under the allocator's device mutex, on the allocating or freeing thread.
 void on_trace(const TraceEntry &e) {
     if (!g_armed.load(std::memory_order_acquire))
         return;
@@ -101,44 +100,15 @@ void on_trace(const TraceEntry &e) {
     if (d < 0 || d >= kMaxDevices)
         return;
     Device &dev = g_devices[d];
-    const auto size = static_cast<int64_t>(e.size_);
-    ThreadTotals &mine = t_totals;
-    int64_t now;
-    switch (e.action_) {
-    case TraceEntry::ALLOC:
-        dev.seq.fetch_add(1, std::memory_order_relaxed);
-        now = dev.raw[ACTIVE].fetch_add(size, std::memory_order_release) + size;
-        dev.raise_readers(ACTIVE, now);
-        now = dev.raw[ALLOCATED].fetch_add(size, std::memory_order_release) + size;
-        dev.raise_readers(ALLOCATED, now);
-        mine.allocated[d][ACTIVE] += size;
-        mine.allocated[d][ALLOCATED] += size;
-        break;
-    case TraceEntry::FREE_REQUESTED:
-        dev.seq.fetch_add(1, std::memory_order_relaxed);
-        dev.raw[ALLOCATED].fetch_sub(size, std::memory_order_release);
-        mine.freed[d][ALLOCATED] += size;
-        break;
-    case TraceEntry::FREE_COMPLETED:
-        dev.seq.fetch_add(1, std::memory_order_relaxed);
-        dev.raw[ACTIVE].fetch_sub(size, std::memory_order_release);
-        mine.freed[d][ACTIVE] += size;
-        break;
-    case TraceEntry::SEGMENT_ALLOC:
-    case TraceEntry::SEGMENT_MAP:
-        dev.seq.fetch_add(1, std::memory_order_relaxed);
-        now = dev.raw[RESERVED].fetch_add(size, std::memory_order_release) + size;
-        dev.raise_readers(RESERVED, now);
-        mine.allocated[d][RESERVED] += size;
-        break;
-    case TraceEntry::SEGMENT_FREE:
-    case TraceEntry::SEGMENT_UNMAP:
-        dev.seq.fetch_add(1, std::memory_order_relaxed);
-        dev.raw[RESERVED].fetch_sub(size, std::memory_order_release);
-        mine.freed[d][RESERVED] += size;
-        break;
-    default:  // SNAPSHOT, OOM, ANNOTATE...: no bytes move
-        break;
+    if (dev.open.load(std::memory_order_acquire) == 0)
+        return;
+    try {
+        int64_t levels[N_QUANTITIES];
+        levels_of(cca::getDeviceStats(e.device_), levels);
+        dev.raise_readers(levels);
+    } catch (...) {
+        // Nothing may escape into the allocator; a missed raise only makes
+        // a peak low, and read() still sees the level it polls.
     }
 }
 
@@ -157,32 +127,6 @@ const char *unavailable() {
                "(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync or a pluggable "
                "allocator): it reports no trace events";
     return nullptr;
-}
-
-// The device's offset from one stats read, see the file comment.  Caller
-// holds g_control with g_armed set.  Returns false if events kept racing.
-bool sync_device(int device) {
-    Device &dev = g_devices[device];
-    const auto index = static_cast<c10::DeviceIndex>(device);
-    for (int attempt = 0; attempt < 100; ++attempt) {
-        const uint64_t before = dev.seq.load(std::memory_order_acquire);
-        const c10::CachingDeviceAllocator::DeviceStats stats = cca::getDeviceStats(index);
-        int64_t raw[N_QUANTITIES];
-        for (int q = 0; q < N_QUANTITIES; ++q)
-            raw[q] = dev.raw[q].load(std::memory_order_acquire);
-        if (dev.seq.load(std::memory_order_acquire) != before)
-            continue;
-        constexpr auto all = static_cast<std::size_t>(
-            c10::CachingDeviceAllocator::StatType::AGGREGATE);
-        const int64_t truth[N_QUANTITIES] = {stats.active_bytes[all].current,
-                                             stats.allocated_bytes[all].current,
-                                             stats.reserved_bytes[all].current};
-        for (int q = 0; q < N_QUANTITIES; ++q)
-            dev.offset[q].store(truth[q] - raw[q], std::memory_order_relaxed);
-        dev.synced_epoch = g_epoch;
-        return true;
-    }
-    return false;
 }
 
 // ---------------------------------------------------------------------------
@@ -225,23 +169,16 @@ int push_prepare(int device, char *err, int err_len) noexcept {
     return -1;
 }
 
-// The allocator's own totals (global, not per reader or thread).
+// The allocator's own figures (its peaks, never reset by this source).
 int push_sample(int device, int64_t *out) noexcept {
     try {
         if (!valid_device(device))
             return -1;
-        const auto stats = cca::getDeviceStats(static_cast<c10::DeviceIndex>(device));
-        constexpr auto all = static_cast<std::size_t>(
-            c10::CachingDeviceAllocator::StatType::AGGREGATE);
-        const c10::CachingDeviceAllocator::Stat *stat[N_QUANTITIES] = {
-            &stats.active_bytes[all], &stats.allocated_bytes[all],
-            &stats.reserved_bytes[all]};
-        for (int q = 0; q < N_QUANTITIES; ++q) {
-            out[4 * q + 0] = stat[q]->allocated;
-            out[4 * q + 1] = stat[q]->current;
-            out[4 * q + 2] = stat[q]->freed;
-            out[4 * q + 3] = stat[q]->peak;
-        }
+        const DeviceStats stats = cca::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+        out[0] = stats.active_bytes[kAll].current;
+        out[1] = stats.active_bytes[kAll].peak;
+        out[2] = stats.reserved_bytes[kAll].current;
+        out[3] = stats.reserved_bytes[kAll].peak;
         return 0;
     } catch (...) {
         return -1;
@@ -255,29 +192,22 @@ int push_open_reader(int device) noexcept {
     if (!valid_device(device))
         return -1;
     try {
+        int64_t levels[N_QUANTITIES];
+        levels_of(cca::getDeviceStats(static_cast<c10::DeviceIndex>(device)), levels);
         std::lock_guard<std::mutex> lock(g_control);
         if (!g_attached)
             return -1;
-        if (!g_armed.load(std::memory_order_relaxed)) {
-            ++g_epoch;
-            g_armed.store(true, std::memory_order_release);
-        }
         Device &dev = g_devices[device];
-        if (dev.synced_epoch != g_epoch && !sync_device(device)) {
-            if (g_open_readers == 0)
-                g_armed.store(false, std::memory_order_release);
-            return -1;
-        }
-        uint64_t bits = dev.open.load(std::memory_order_relaxed);
+        const uint64_t bits = dev.open.load(std::memory_order_relaxed);
         if (bits == ~uint64_t{0})
             return -1;  // (g_control serialises openers: no CAS loop needed)
         const int i = __builtin_ctzll(~bits);
         // Arm before publishing, so the first event seen raises from here.
         for (int q = 0; q < N_QUANTITIES; ++q)
-            dev.registers[i][q].store(dev.raw[q].load(std::memory_order_relaxed),
-                                      std::memory_order_relaxed);
+            dev.registers[i][q].store(levels[q], std::memory_order_relaxed);
         dev.open.fetch_or(uint64_t{1} << i, std::memory_order_acq_rel);
-        ++g_open_readers;
+        if (g_open_readers++ == 0)
+            g_armed.store(true, std::memory_order_release);
         return i;
     } catch (...) {  // getDeviceStats on a device torch does not know
         return -1;
@@ -288,16 +218,15 @@ void push_close_reader(int device, int reader) noexcept {
     if (!valid_device(device) || reader < 0 || reader >= kMaxReaders)
         return;
     std::lock_guard<std::mutex> lock(g_control);
-    Device &dev = g_devices[device];
     const uint64_t bit = uint64_t{1} << reader;
-    if ((dev.open.fetch_and(~bit, std::memory_order_acq_rel) & bit) == 0)
+    if ((g_devices[device].open.fetch_and(~bit, std::memory_order_acq_rel) & bit) == 0)
         return;
     if (--g_open_readers == 0)
-        g_armed.store(false, std::memory_order_release);  // levels go stale
+        g_armed.store(false, std::memory_order_release);
 }
 
-// This reader's raw peak since its last read, rearmed at the current level
-// (an event racing with the exchange lands in this read or the next).
+// This reader's peak since its last read, rearmed at the current level (an
+// event racing with the exchange lands in this read or the next).
 int64_t take_peak(std::atomic<int64_t> &reg, int64_t current) noexcept {
     const int64_t peak = reg.exchange(current, std::memory_order_relaxed);
     return peak > current ? peak : current;
@@ -306,26 +235,23 @@ int64_t take_peak(std::atomic<int64_t> &reg, int64_t current) noexcept {
 int push_read(int device, int reader, int64_t *out) noexcept {
     if (!valid_device(device) || reader < 0 || reader >= kMaxReaders)
         return -1;
-    Device &dev = g_devices[device];
-    const ThreadTotals &mine = t_totals;
-    for (int q = 0; q < N_QUANTITIES; ++q) {
-        const int64_t raw = dev.raw[q].load(std::memory_order_relaxed);
-        const int64_t offset = dev.offset[q].load(std::memory_order_relaxed);
-        out[4 * q + 0] = mine.allocated[device][q];
-        out[4 * q + 1] = raw + offset;
-        out[4 * q + 2] = mine.freed[device][q];
-        out[4 * q + 3] = take_peak(dev.registers[reader][q], raw) + offset;
+    try {
+        int64_t levels[N_QUANTITIES];
+        levels_of(cca::getDeviceStats(static_cast<c10::DeviceIndex>(device)), levels);
+        std::atomic<int64_t> *regs = g_devices[device].registers[reader];
+        out[0] = levels[ACTIVE];
+        out[1] = take_peak(regs[ACTIVE], levels[ACTIVE]);
+        out[2] = levels[RESERVED];
+        out[3] = take_peak(regs[RESERVED], levels[RESERVED]);
+        return 0;
+    } catch (...) {
+        return -1;
     }
-    return 0;
 }
 
 const char *const kFieldNames[] = {
-    "active_bytes.all.allocated",    "active_bytes.all.current",
-    "active_bytes.all.freed",        "active_bytes.all.peak",
-    "allocated_bytes.all.allocated", "allocated_bytes.all.current",
-    "allocated_bytes.all.freed",     "allocated_bytes.all.peak",
-    "reserved_bytes.all.allocated",  "reserved_bytes.all.current",
-    "reserved_bytes.all.freed",      "reserved_bytes.all.peak",
+    "active_bytes.all.current",   "active_bytes.all.peak",
+    "reserved_bytes.all.current", "reserved_bytes.all.peak",
 };
 
 const memlab_source kPushSource = {
@@ -355,19 +281,6 @@ const char *cuda_push_unavailable() noexcept {
     }
 }
 
-int cuda_tracked(int device, int64_t *out) noexcept {
-    if (!valid_device(device))
-        return -1;
-    std::lock_guard<std::mutex> lock(g_control);
-    Device &dev = g_devices[device];
-    if (!g_armed.load(std::memory_order_relaxed) || dev.synced_epoch != g_epoch)
-        return -1;
-    for (int q = 0; q < N_QUANTITIES; ++q)
-        out[q] = dev.raw[q].load(std::memory_order_relaxed) +
-                 dev.offset[q].load(std::memory_order_relaxed);
-    return 0;
-}
-
 }  // namespace memlab
 
 #else  // no tracker in this build
@@ -384,8 +297,6 @@ const char *cuda_push_unavailable() noexcept {
     return "the shim was built without the CUDA trace tracker: "
            MEMLAB_CUDA_TRACKER_MISSING;
 }
-
-int cuda_tracked(int device, int64_t *out) noexcept { return -1; }
 
 }  // namespace memlab
 

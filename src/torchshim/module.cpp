@@ -188,21 +188,6 @@ PyObject *shim_cuda_push_unavailable(PyObject *self, PyObject *noargs) {
     return PyUnicode_FromString(why);
 }
 
-PyObject *shim_cuda_tracked(PyObject *self, PyObject *args) {
-    int device = 0;
-    if (!PyArg_ParseTuple(args, "i", &device))
-        return nullptr;
-    int64_t out[3];
-    if (memlab::cuda_tracked(device, out) != 0) {
-        PyErr_Format(PyExc_RuntimeError,
-                     "the CUDA tracker does not follow device %d now (no reader "
-                     "open, or no tracker in this build)", device);
-        return nullptr;
-    }
-    return Py_BuildValue("(LLL)", static_cast<long long>(out[0]),
-                         static_cast<long long>(out[1]), static_cast<long long>(out[2]));
-}
-
 PyObject *shim_reset_peaks(PyObject *self, PyObject *args) {
     int device = 0;
     const memlab_source *source = parse_kind_device(args, &device);
@@ -307,9 +292,6 @@ PyMethodDef shim_methods[] = {
     {"cuda_push_unavailable", shim_cuda_push_unavailable, METH_NOARGS,
      "cuda_push_unavailable() -> str | None\n\nWhy the CUDA trace tracker cannot "
      "serve (build, backend), or None."},
-    {"cuda_tracked", shim_cuda_tracked, METH_VARARGS,
-     "cuda_tracked(device) -> (active, allocated, reserved)\n\nThe CUDA tracker's "
-     "current bytes of device (debug; RuntimeError while no reader is open)."},
     {"fields", shim_fields, METH_VARARGS,
      "fields(kind) -> tuple[str, ...]\n\nField names of the 'cuda' or 'cpu' source."},
     {nullptr, nullptr, 0, nullptr},

@@ -5,8 +5,6 @@
 
 #include <memlab/source.h>
 
-#include <stdint.h>
-
 namespace memlab {
 
 /* The CUDA caching allocator's DeviceStats, one field per key of
@@ -14,18 +12,14 @@ namespace memlab {
  * c10::DeviceAllocator (torch < 2.9).  Builds its field table on first call. */
 const memlab_source *cuda_source();
 
-/* The CUDA caching allocator through its trace tracker: per-reader peaks,
- * per-thread allocated/freed, for active/allocated/reserved bytes only.
- * nullptr when the shim was built without the CUDA headers. */
+/* The CUDA caching allocator's active / reserved bytes, with per-reader
+ * peaks raised by a trace tracker (cuda_push_source.cpp).  nullptr when the
+ * shim was built without the CUDA headers. */
 const memlab_source *cuda_push_source();
 
 /* Why cuda_push_source() cannot serve now (no tracker in this build, CPU
  * torch, cudaMallocAsync backend), or nullptr.  GIL held. */
 const char *cuda_push_unavailable() noexcept;
-
-/* The tracker's current (active, allocated, reserved) bytes of `device`
- * into out[3]; -1 while no reader is open (the levels are then stale). */
-int cuda_tracked(int device, int64_t *out) noexcept;
 
 /* Counts of the CPU allocator, through a wrapper installed by prepare(). */
 const memlab_source *cpu_source();
