@@ -14,6 +14,7 @@ AddressSanitizer (see Makefile's asan target).
 """
 import glob
 import os
+import re
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -72,24 +73,82 @@ class build_ext_with_shim_check(build_ext):
         super().run()
 
 
+def cuda_tracker_config(torch):
+    """(include dirs for the CUDA runtime headers, None) when the shim can
+    attach the CUDA allocator's trace tracker, else (None, why not).  The
+    tracker's header (c10/cuda/CUDACachingAllocator.h) includes
+    cuda_runtime.h, which needs cuda_runtime_api.h and crt/host_config.h;
+    no CUDA function is called, so the declarations of any CUDA 12/13
+    toolkit do.  A CPU torch has no CUDA allocator to track."""
+    if getattr(torch.version, "cuda", None) is None:
+        return None, "this torch has no CUDA"
+    torch_dir = os.path.dirname(torch.__file__)
+    if not os.path.exists(os.path.join(torch_dir, "include", "c10", "cuda",
+                                       "CUDACachingAllocator.h")):
+        return None, "torch ships no c10/cuda headers"
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    if not any(homes):
+        try:
+            from torch.utils.cpp_extension import CUDA_HOME
+            homes.append(CUDA_HOME)
+        except Exception:  # never fatal: the wheels below may still do
+            pass
+    homes.append("/usr/local/cuda")
+    candidates = [os.path.join(home, "include") for home in homes if home]
+    # The NVIDIA wheels next to a CUDA torch: the runtime (nvidia/cu13/include
+    # for CUDA 13, nvidia/cuda_runtime/include before) lacks crt/, which the
+    # nvcc wheel and triton's bundled CUDA headers have.
+    site = os.path.dirname(torch_dir)
+    candidates += sorted(glob.glob(os.path.join(site, "nvidia", "cu*", "include")))
+    candidates += [os.path.join(site, "nvidia", name, "include")
+                   for name in ("cuda_runtime", "cuda_nvcc")]
+    candidates.append(os.path.join(site, "triton", "backends", "nvidia", "include"))
+
+    def holding(header):
+        return [c for c in candidates if os.path.exists(os.path.join(c, header))]
+    api, crt = holding("cuda_runtime_api.h"), holding(os.path.join("crt", "host_config.h"))
+    complete = [c for c in api if c in crt]
+    if complete:
+        return complete[:1], None
+    if api and crt:
+        return [api[0], crt[0]], None
+    return None, ("the CUDA runtime headers (cuda_runtime_api.h, crt/host_config.h) "
+                  "were not found; set CUDA_HOME")
+
+
 def torchshim_extension():
     try:
         import torch  # (only to find its headers and libc10)
     except ImportError:
         return None
     torch_dir = os.path.dirname(torch.__file__)
-    flags = ["-std=c++17", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+    # torch's headers need C++20 from 2.10 on (intrusive_ptr's operator<=>,
+    # reached through the CUDA allocator header).
+    version = tuple(int(part) for part in re.findall(r"\d+", torch.__version__)[:2])
+    std = "-std=c++20" if version >= (2, 10) else "-std=c++17"
+    flags = [std, "-Wall", "-Wextra", "-Wno-unused-parameter"]
     if WERROR:
         flags.append("-Werror")
+    include_dirs = ["include", os.path.join(torch_dir, "include")]
+    libraries = ["c10"]
+    defines = torch_build_defines(torch)
+    cuda_includes, why_not = cuda_tracker_config(torch)
+    if cuda_includes is not None:
+        include_dirs += cuda_includes
+        libraries.append("c10_cuda")
+        defines.append(("MEMLAB_HAVE_CUDA_TRACKER", "1"))
+    else:
+        # _torchshim.CUDA_TRACKER_MISSING reports it through info().
+        defines.append(("MEMLAB_CUDA_TRACKER_MISSING", '"%s"' % why_not))
     return Extension(
         "pytorch_memlab._torchshim",
         sources=sorted(glob.glob("src/torchshim/*.cpp")),
-        include_dirs=["include", os.path.join(torch_dir, "include")],
+        include_dirs=include_dirs,
         library_dirs=[os.path.join(torch_dir, "lib")],
         runtime_library_dirs=[os.path.join(torch_dir, "lib")],
-        libraries=["c10"],
+        libraries=libraries,
         extra_compile_args=flags,
-        define_macros=torch_build_defines(torch),
+        define_macros=defines,
         language="c++",
     )
 

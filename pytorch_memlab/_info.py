@@ -7,20 +7,20 @@ from typing import Any
 
 from pytorch_memlab import _sources
 
-_WHY_POLL = {
-    "cuda": "the shim's CUDA source has no push path yet: it samples getDeviceStats "
-            "and resets the device's peak statistics at every line event",
-    "cpu": "",
-}
+_CUDA_OTHER_COLUMNS = ("columns other than active_bytes.all.current/peak and "
+                       "reserved_bytes.all.current/peak are polled from getDeviceStats, "
+                       "resetting the device's peaks at every line")
 
 
 def info() -> dict[str, Any]:
     """A dict: torch version, tracer mechanism, shim state and, per kind
     ("cuda", "cpu"), the source ("shim" / "python fallback" / None), the path
-    ("push" / "poll") and the reason when it is not the push path."""
+    of the default columns ("push" / "poll") and, for CUDA, why it polls
+    (or which columns still poll when it pushes)."""
     import torch
 
     from pytorch_memlab import _tracer
+    from pytorch_memlab.line_profiler._columns import DEFAULT_COLUMNS, GROWTH_FIELD
     shim, error = _sources._load_shim()
     result: dict[str, Any] = {
         "torch": torch.__version__,
@@ -32,10 +32,17 @@ def info() -> dict[str, Any]:
     }
     for kind in _sources.KINDS:
         capsule, why = _sources._shim_capsule(kind)
-        if capsule is not None and shim is not None:
-            path = shim.path(kind)
-            entry = {"source": "shim", "path": path,
-                     "why": None if path == "push" else _WHY_POLL[kind]}
+        if kind == "cuda" and capsule is not None and shim is not None:
+            push, why_not = _sources.cuda_push_choice(DEFAULT_COLUMNS + (GROWTH_FIELD,))
+            if push is not None:
+                entry = {"source": "shim", "path": "push", "why": None,
+                         "note": _CUDA_OTHER_COLUMNS}
+            else:
+                entry = {"source": "shim", "path": "poll",
+                         "why": f"{why_not}; getDeviceStats is polled and the device's "
+                                "peak statistics are reset at every line event"}
+        elif capsule is not None and shim is not None:
+            entry = {"source": "shim", "path": shim.path(kind), "why": None}
         elif kind == "cuda":
             entry = {"source": "python fallback", "path": "poll",
                      "why": f"the compiled shim is unavailable ({why}); "
@@ -56,5 +63,7 @@ def format_info(data: dict[str, Any]) -> str:
         text = f"{kind}: source {entry['source']}, path {entry['path']}"
         if entry["why"]:
             text += f" ({entry['why']})"
+        if entry.get("note"):
+            text += f"; {entry['note']}"
         lines.append(text)
     return "\n".join(lines)

@@ -13,7 +13,7 @@ import importlib
 import os
 import warnings
 from types import ModuleType
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from pytorch_memlab._install import rebuild_command
 
@@ -49,6 +49,7 @@ _DYNAMIC_PREFIX = "reserved_bytes_by_private_pools."
 # (shim module, None) or (None, why it did not load); None until first asked.
 _shim_state: Optional[tuple[Optional[ModuleType], Optional[BaseException]]] = None
 _warned = False
+_warned_resets = False
 
 
 def _import_shim() -> ModuleType:
@@ -108,14 +109,62 @@ def _warn_fallback(error: Optional[BaseException]) -> None:
         RuntimeWarning, stacklevel=3)
 
 
-def get_source(kind: str) -> Any:
+def cuda_push_choice(columns: Optional[Iterable[str]] = None) -> tuple[Any, Optional[str]]:
+    """(the shim's CUDA push capsule, None) when a profiler reading
+    ``columns`` (all of them when None) can use the allocator's trace
+    tracker, else (None, why not)."""
+    shim, error = _load_shim()
+    if shim is None:
+        return None, f"the compiled shim is unavailable ({error})"
+    capsule = getattr(shim, "cuda_push_source", None)
+    why = shim.cuda_push_unavailable() if hasattr(shim, "cuda_push_unavailable") else \
+        "the shim has no CUDA push source"
+    if capsule is None or why is not None:
+        return None, why or "the shim has no CUDA push source"
+    pushed = set(shim.fields("cuda_push"))
+    wanted = set(shim.fields("cuda") if columns is None else columns)
+    missing = sorted(wanted - pushed)
+    if missing:
+        return None, (f"column(s) {', '.join(missing)} are not pushed (only "
+                      f"{', '.join(sorted(pushed))} are)")
+    return capsule, None
+
+
+def _warn_resets(columns: Optional[Iterable[str]], why: Optional[str]) -> None:
+    """Once per process: polling a *.peak column resets the user's peaks."""
+    global _warned_resets
+    peaks = [c for c in columns or () if c.endswith(".peak")]
+    if _warned_resets or not peaks:
+        return
+    _warned_resets = True
+    warnings.warn(
+        f"pytorch_memlab: CUDA column(s) {', '.join(peaks)} are polled ({why}); polling "
+        "resets the device's peak statistics at every profiled line, so "
+        "torch.cuda.max_memory_allocated() and every *.peak of torch.cuda.memory_stats() "
+        "will not be your program's own while profiling",
+        RuntimeWarning, stacklevel=3)
+
+
+def get_source(kind: str, columns: Optional[Iterable[str]] = None) -> Any:
     """The source for ``kind`` ("cuda" or "cpu"): a shim capsule, or a fallback.
+
+    ``columns`` (with the growth field) are what a profiler will read: for
+    "cuda", the push source (the allocator's trace tracker, nothing reset)
+    serves them when it tracks them all; else the polled source, which resets
+    the device's peaks at every line (one warning per process when a *.peak
+    column is read that way).
 
     Without the shim: ImportError if PYTORCH_MEMLAB_REQUIRE_SHIM=1; for "cpu",
     RuntimeError (CPU tensors cannot be counted without it); for "cuda", a
     ``CudaFallbackSource`` and one warning per process.
     """
     _check_kind(kind)
+    if kind == "cuda" and columns is not None:
+        columns = tuple(columns)
+        push, why = cuda_push_choice(columns)
+        if push is not None:
+            return push
+        _warn_resets(columns, why)
     capsule, error = _shim_capsule(kind)
     if capsule is not None:
         return capsule

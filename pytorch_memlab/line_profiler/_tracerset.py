@@ -27,8 +27,9 @@ class TracerSet:
             check_columns((GROWTH_FIELD,), fields, where)
             index = current_target() if slot.follows_target else slot.index
             assert index is not None
-            self.tracers.append(_tracer.Tracer(_sources.get_source(slot.kind), index,
-                                               columns, growth_field=GROWTH_FIELD))
+            source = _sources.get_source(slot.kind, tuple(columns) + (GROWTH_FIELD,))
+            self.tracers.append(_tracer.Tracer(source, index, columns,
+                                               growth_field=GROWTH_FIELD))
 
     @property
     def enabled(self) -> bool:

@@ -48,11 +48,18 @@ const memlab_source *source_by_kind(const char *kind) {
                             "(needs c10::DeviceAllocator, torch >= 2.9)");
             return nullptr;
         }
+    } else if (std::strcmp(kind, "cuda_push") == 0) {
+        source = memlab::cuda_push_source();
+        if (source == nullptr) {
+            PyErr_Format(PyExc_RuntimeError, "no CUDA push source: %s",
+                         memlab::cuda_push_unavailable());
+            return nullptr;
+        }
     } else if (std::strcmp(kind, "cpu") == 0) {
         source = memlab::cpu_source();
     } else {
         PyErr_Format(PyExc_ValueError,
-                     "unknown source kind '%s' (expected 'cuda' or 'cpu')", kind);
+                     "unknown source kind '%s' (expected 'cuda', 'cuda_push' or 'cpu')", kind);
     }
     return source;
 }
@@ -107,6 +114,78 @@ PyObject *shim_sample(PyObject *self, PyObject *args) {
         PyTuple_SET_ITEM(result, i, item);
     }
     return result;
+}
+
+// Values of one reading as a tuple of ints.
+PyObject *values_tuple(const std::vector<int64_t> &values) {
+    PyObject *result = PyTuple_New(static_cast<Py_ssize_t>(values.size()));
+    if (result == nullptr)
+        return nullptr;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+        PyObject *item = PyLong_FromLongLong(values[i]);
+        if (item == nullptr) {
+            Py_DECREF(result);
+            return nullptr;
+        }
+        PyTuple_SET_ITEM(result, static_cast<Py_ssize_t>(i), item);
+    }
+    return result;
+}
+
+const memlab_source *push_source(PyObject *args, int *device, int *reader,
+                                 const char *format) {
+    const char *kind = nullptr;
+    if (!PyArg_ParseTuple(args, format, &kind, device, reader))
+        return nullptr;
+    const memlab_source *source = source_by_kind(kind);
+    if (source != nullptr && source->read == nullptr) {
+        PyErr_Format(PyExc_RuntimeError, "the %s source has no push path", kind);
+        return nullptr;
+    }
+    return source;
+}
+
+PyObject *shim_open_reader(PyObject *self, PyObject *args) {
+    int device = 0;
+    const memlab_source *source = push_source(args, &device, nullptr, "si");
+    if (source == nullptr)
+        return nullptr;
+    return PyLong_FromLong(source->open_reader(device));
+}
+
+PyObject *shim_close_reader(PyObject *self, PyObject *args) {
+    int device = 0, reader = 0;
+    const memlab_source *source = push_source(args, &device, &reader, "sii");
+    if (source == nullptr)
+        return nullptr;
+    source->close_reader(device, reader);
+    Py_RETURN_NONE;
+}
+
+PyObject *shim_read(PyObject *self, PyObject *args) {
+    int device = 0, reader = 0;
+    const memlab_source *source = push_source(args, &device, &reader, "sii");
+    if (source == nullptr)
+        return nullptr;
+    std::vector<int64_t> values;
+    try {
+        values.resize(static_cast<std::size_t>(source->n_fields));
+    } catch (const std::bad_alloc &) {
+        return PyErr_NoMemory();
+    }
+    if (source->read(device, reader, values.data()) != 0) {
+        PyErr_Format(PyExc_RuntimeError, "%s source cannot read device %d, reader %d",
+                     source->name, device, reader);
+        return nullptr;
+    }
+    return values_tuple(values);
+}
+
+PyObject *shim_cuda_push_unavailable(PyObject *self, PyObject *noargs) {
+    const char *why = memlab::cuda_push_unavailable();
+    if (why == nullptr)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(why);
 }
 
 PyObject *shim_reset_peaks(PyObject *self, PyObject *args) {
@@ -175,6 +254,8 @@ int shim_exec(PyObject *module) {
     try {
         if (add_capsule(module, "cuda_source", memlab::cuda_source()) < 0)
             return -1;
+        if (add_capsule(module, "cuda_push_source", memlab::cuda_push_source()) < 0)
+            return -1;
     } catch (const std::exception &e) {  // building the field table allocates
         PyErr_Format(PyExc_ImportError, "_torchshim: %s", e.what());
         return -1;
@@ -201,6 +282,16 @@ PyMethodDef shim_methods[] = {
     {"path", shim_path, METH_VARARGS,
      "path(kind) -> 'push' | 'poll'\n\nHow the tracer reads the source: per-thread "
      "readers that never reset anything ('push'), or sample and reset peaks ('poll')."},
+    {"open_reader", shim_open_reader, METH_VARARGS,
+     "open_reader(kind, device) -> int\n\nA push source's reader register, or -1."},
+    {"close_reader", shim_close_reader, METH_VARARGS,
+     "close_reader(kind, device, reader) -> None\n\nGive the register back."},
+    {"read", shim_read, METH_VARARGS,
+     "read(kind, device, reader) -> tuple[int, ...]\n\nThe reader's reading, in "
+     "fields(kind) order: peaks since its last read, counters of this thread."},
+    {"cuda_push_unavailable", shim_cuda_push_unavailable, METH_NOARGS,
+     "cuda_push_unavailable() -> str | None\n\nWhy the CUDA trace tracker cannot "
+     "serve (build, backend), or None."},
     {"fields", shim_fields, METH_VARARGS,
      "fields(kind) -> tuple[str, ...]\n\nField names of the 'cuda' or 'cpu' source."},
     {nullptr, nullptr, 0, nullptr},

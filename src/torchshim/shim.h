@@ -12,6 +12,15 @@ namespace memlab {
  * c10::DeviceAllocator (torch < 2.9).  Builds its field table on first call. */
 const memlab_source *cuda_source();
 
+/* The CUDA caching allocator's active / reserved bytes, with per-reader
+ * peaks raised by a trace tracker (cuda_push_source.cpp).  nullptr when the
+ * shim was built without the CUDA headers. */
+const memlab_source *cuda_push_source();
+
+/* Why cuda_push_source() cannot serve now (no tracker in this build, CPU
+ * torch, cudaMallocAsync backend), or nullptr.  GIL held. */
+const char *cuda_push_unavailable() noexcept;
+
 /* Counts of the CPU allocator, through a wrapper installed by prepare(). */
 const memlab_source *cpu_source();
 
