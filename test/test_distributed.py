@@ -70,7 +70,9 @@ dist.destroy_process_group()
 
 
 def torchrun(cwd, *args, env=None):
-    environ = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    # CPU tensors over gloo, as on a machine without a GPU: on a GPU machine a
+    # rank would profile cuda:LOCAL_RANK (and see none of these bytes).
+    environ = dict(os.environ, PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="", **(env or {}))
     environ["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in
                                             [environ.get("PYTHONPATH")] if p])
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",

@@ -113,7 +113,7 @@ def test_memlab_lists_the_highest_peaks_like_durations(run, pytester):
         def test_none():
             pass
     ''')
-    result = run("-q", "--memlab", "--memlab-top", "2")
+    result = run("-q", "--memlab", "--memlab-top", "2", "--memlab-device", "cpu")
     result.assert_outcomes(passed=3)
     lines = result.stdout.lines
     start = next(i for i, line in enumerate(lines) if "memlab: peak live tensor memory, top 2 tests" in line)
@@ -183,7 +183,8 @@ def test_xdist_two_workers_one_summary(run, pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(test_budgets=BUDGETS, test_leak=LEAK)
     reports = pytester.path / "reports"
-    result = run("-n", "2", "--memlab-top", "0", f"--memlab-html={reports}")
+    result = run("-n", "2", "--memlab-top", "0", "--memlab-device", "cpu",
+                 f"--memlab-html={reports}")
     result.assert_outcomes(passed=3, failed=2)
     out = result.stdout.str()
     assert out.count("memlab: peak live tensor memory, all tests") == 1
