@@ -14,17 +14,26 @@
 // Why the tracker does not sum event sizes: TraceEntry::size_ of ALLOC /
 // FREE_REQUESTED / FREE_COMPLETED is the *requested* size, while
 // active_bytes and allocated_bytes count whole blocks (rounded, and
-// sometimes an unsplit remainder), which no event carries.  So at each event
-// the tracker reads the device's levels with getDeviceStats() -- the
-// allocator's mutex is a recursive_mutex already held by this very thread,
-// so this relocks it and takes nothing else; no GIL, no Python, no
-// allocation -- and raises every open register with them.  Each level the
-// allocator reaches is seen either at the next event of that device or by
-// the reader's own read(): active bytes only fall after a FREE_COMPLETED
-// callback and reserved bytes only fall in a SEGMENT_FREE / SEGMENT_UNMAP
-// that follows the ALLOC that used the segment.  (allocated_bytes falls
-// *before* its FREE_REQUESTED callback, so its peak cannot be caught this
-// way: it is not offered here.)
+// sometimes an unsplit remainder), which no event carries.  So the tracker
+// *observes* the device's levels with getDeviceStats() -- the allocator's
+// mutex is a recursive_mutex already held by this very thread, so this
+// relocks it and takes nothing else; no GIL, no Python, no allocation -- and
+// raises every open register with them.
+//
+// It observes only where a level is about to fall with a rise not yet seen,
+// since a peak is the level just before a fall (or at a read).  In torch's
+// CUDACachingAllocator:
+//   ALLOC          active rises *after* the callback (seen later);
+//   FREE_COMPLETED active falls *after* the callback: observe here if an
+//                  ALLOC happened since the last observation;
+//   SEGMENT_ALLOC / SEGMENT_MAP  reserved rises: observe at the next event
+//                  (the ALLOC the segment was made for), because
+//   SEGMENT_UNMAP  reserved falls *before* its callback;
+//   FREE_REQUESTED moves neither level (allocated_bytes falls before it, so
+//                  that peak cannot be caught this way: not offered here).
+// A hot loop of `x = x + 1` then costs one observation per line instead of
+// one per event.  A reader's read() skips its own getDeviceStats() when no
+// level-moving event happened on the device since its previous read.
 //
 // The tracker cannot be detached, so one atomic flag makes it return at once
 // while no reader is open.
@@ -69,10 +78,25 @@ void raise_to(std::atomic<int64_t> &peak, int64_t now) noexcept {
     }
 }
 
+// What a reader last read, for skipping the next read when nothing moved.
+// Touched only by the reader's own thread.
+struct ReaderCache {
+    bool valid = false;
+    uint64_t seen = 0;  // Device::changes at that read
+    int64_t levels[N_QUANTITIES] = {};
+};
+
+// Rises not yet observed, bits of Device::pending.
+enum : unsigned { ACTIVE_ROSE = 1u, RESERVED_ROSE = 2u };
+
 // One device's readers.
 struct Device {
     std::atomic<uint64_t> open{0};  // bit i: registers[i] in use
     std::atomic<int64_t> registers[kMaxReaders][N_QUANTITIES] = {};
+    // Written by the tracker only, under this device's allocator mutex.
+    std::atomic<unsigned> pending{0};
+    std::atomic<uint64_t> changes{0};  // level-moving events seen while armed
+    ReaderCache caches[kMaxReaders];
 
     void raise_readers(const int64_t *levels) noexcept {
         uint64_t bits = open.load(std::memory_order_acquire);
@@ -82,6 +106,13 @@ struct Device {
             for (int q = 0; q < N_QUANTITIES; ++q)
                 raise_to(registers[i][q], levels[q]);
         }
+    }
+
+    void observe(c10::DeviceIndex index) {
+        int64_t levels[N_QUANTITIES];
+        levels_of(cca::getDeviceStats(index), levels);
+        pending.store(0, std::memory_order_relaxed);
+        raise_readers(levels);
     }
 };
 
@@ -103,9 +134,27 @@ void on_trace(const TraceEntry &e) {
     if (dev.open.load(std::memory_order_acquire) == 0)
         return;
     try {
-        int64_t levels[N_QUANTITIES];
-        levels_of(cca::getDeviceStats(e.device_), levels);
-        dev.raise_readers(levels);
+        const unsigned pending = dev.pending.load(std::memory_order_relaxed);
+        switch (e.action_) {
+        case TraceEntry::SEGMENT_ALLOC:
+        case TraceEntry::SEGMENT_MAP:
+            dev.pending.store(pending | RESERVED_ROSE, std::memory_order_relaxed);
+            break;
+        case TraceEntry::ALLOC:
+            if (pending & RESERVED_ROSE)
+                dev.observe(e.device_);
+            dev.pending.fetch_or(ACTIVE_ROSE, std::memory_order_relaxed);
+            break;
+        case TraceEntry::FREE_COMPLETED:
+        case TraceEntry::SEGMENT_FREE:
+        case TraceEntry::SEGMENT_UNMAP:
+            if (pending != 0)
+                dev.observe(e.device_);
+            break;
+        default:  // FREE_REQUESTED, OOM, SNAPSHOT...: no level moves
+            return;
+        }
+        dev.changes.fetch_add(1, std::memory_order_release);
     } catch (...) {
         // Nothing may escape into the allocator; a missed raise only makes
         // a peak low, and read() still sees the level it polls.
@@ -205,6 +254,7 @@ int push_open_reader(int device) noexcept {
         // Arm before publishing, so the first event seen raises from here.
         for (int q = 0; q < N_QUANTITIES; ++q)
             dev.registers[i][q].store(levels[q], std::memory_order_relaxed);
+        dev.caches[i].valid = false;
         dev.open.fetch_or(uint64_t{1} << i, std::memory_order_acq_rel);
         if (g_open_readers++ == 0)
             g_armed.store(true, std::memory_order_release);
@@ -236,9 +286,19 @@ int push_read(int device, int reader, int64_t *out) noexcept {
     if (!valid_device(device) || reader < 0 || reader >= kMaxReaders)
         return -1;
     try {
-        int64_t levels[N_QUANTITIES];
-        levels_of(cca::getDeviceStats(static_cast<c10::DeviceIndex>(device)), levels);
-        std::atomic<int64_t> *regs = g_devices[device].registers[reader];
+        Device &dev = g_devices[device];
+        ReaderCache &cache = dev.caches[reader];
+        // Loaded before the stats: an event racing with this read makes the
+        // next read poll again, never reuse a stale level.
+        const uint64_t changes = dev.changes.load(std::memory_order_acquire);
+        if (!cache.valid || cache.seen != changes) {
+            levels_of(cca::getDeviceStats(static_cast<c10::DeviceIndex>(device)),
+                      cache.levels);
+            cache.seen = changes;
+            cache.valid = true;
+        }
+        const int64_t *levels = cache.levels;
+        std::atomic<int64_t> *regs = dev.registers[reader];
         out[0] = levels[ACTIVE];
         out[1] = take_peak(regs[ACTIVE], levels[ACTIVE]);
         out[2] = levels[RESERVED];
