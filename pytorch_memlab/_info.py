@@ -7,9 +7,10 @@ from typing import Any
 
 from pytorch_memlab import _sources
 
-_CUDA_OTHER_COLUMNS = ("columns other than active_bytes.all.current/peak and "
-                       "reserved_bytes.all.current/peak are polled from getDeviceStats, "
-                       "resetting the device's peaks at every line")
+_CUDA_OTHER_COLUMNS = ("active_bytes.all.current/peak, reserved_bytes.all.current/peak, "
+                       "and per thread allocated_bytes.all.allocated/freed and "
+                       "allocation.all.allocated/freed are pushed; other columns are "
+                       "polled from getDeviceStats, resetting the device's peaks at every line")
 
 
 def info() -> dict[str, Any]:

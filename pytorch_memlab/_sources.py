@@ -116,18 +116,24 @@ def cuda_push_choice(columns: Optional[Iterable[str]] = None) -> tuple[Any, Opti
     shim, error = _load_shim()
     if shim is None:
         return None, f"the compiled shim is unavailable ({error})"
-    capsule = getattr(shim, "cuda_push_source", None)
     why = shim.cuda_push_unavailable() if hasattr(shim, "cuda_push_unavailable") else \
         "the shim has no CUDA push source"
-    if capsule is None or why is not None:
+    if why is not None or getattr(shim, "cuda_push_source", None) is None:
         return None, why or "the shim has no CUDA push source"
-    pushed = set(shim.fields("cuda_push"))
     wanted = set(shim.fields("cuda") if columns is None else columns)
+    # The plain one first: the counted one reads the stats at every allocation.
+    pushed: set[str] = set()
+    for kind in ("cuda_push", "cuda_push_counted"):
+        capsule = getattr(shim, kind + "_source", None)
+        if capsule is None:
+            continue
+        fields = set(shim.fields(kind))
+        if wanted <= fields:
+            return capsule, None
+        pushed |= fields
     missing = sorted(wanted - pushed)
-    if missing:
-        return None, (f"column(s) {', '.join(missing)} are not pushed (only "
-                      f"{', '.join(sorted(pushed))} are)")
-    return capsule, None
+    return None, (f"column(s) {', '.join(missing)} are not pushed (only "
+                  f"{', '.join(sorted(pushed))} are)")
 
 
 def _warn_resets(columns: Optional[Iterable[str]], why: Optional[str]) -> None:

@@ -25,6 +25,13 @@ MiB = 1 << 20
 DEFAULTS = DEFAULT_COLUMNS + (GROWTH_FIELD,)
 PUSHED = ("active_bytes.all.current", "active_bytes.all.peak",
           "reserved_bytes.all.current", "reserved_bytes.all.peak")
+COUNTED = ("active_bytes.all.current", "active_bytes.all.peak",
+           "allocated_bytes.all.allocated", "allocated_bytes.all.freed",
+           "allocation.all.allocated", "allocation.all.freed",
+           "reserved_bytes.all.current", "reserved_bytes.all.peak")
+THREAD_COLUMNS = ("active_bytes.all.peak", "allocated_bytes.all.allocated",
+                  "allocated_bytes.all.freed", "allocation.all.allocated",
+                  "allocation.all.freed")
 
 
 @pytest.fixture
@@ -41,8 +48,21 @@ def test_push_fields_are_memory_stats_keys():
             shim.fields("cuda_push")
         return
     assert shim.fields("cuda_push") == PUSHED
-    assert set(PUSHED) <= set(shim.fields("cuda"))
-    assert shim.path("cuda_push") == "push"
+    assert shim.fields("cuda_push_counted") == COUNTED
+    assert set(COUNTED) <= set(shim.fields("cuda"))
+    assert shim.path("cuda_push") == shim.path("cuda_push_counted") == "push"
+
+
+@needs_shim
+def test_per_thread_columns_choose_the_counted_push_source(fresh_warnings):
+    """allocated / freed columns are pushed per thread by the counted source;
+    the default columns keep the plain one (cheaper per allocation)."""
+    source = _sources.get_source("cuda", THREAD_COLUMNS + (GROWTH_FIELD,))
+    if shim.cuda_push_unavailable() is None:
+        assert source is shim.cuda_push_counted_source
+        assert _sources.get_source("cuda", DEFAULTS) is shim.cuda_push_source
+    else:
+        assert source is shim.cuda_source
 
 
 @needs_shim
@@ -380,3 +400,120 @@ def test_thread_line_peak_while_main_thread_profiled():
     assert line["count"] == 1
     assert line["active_bytes.all.peak"] - base == 3 * MiB
     assert line["net_growth"] == MiB
+
+
+# ---- per-thread allocated / freed (the counted push source) -----------------
+
+@requires_cuda
+@needs_shim
+def test_thread_allocated_and_freed_are_the_threads_own():
+    """The worker's line allocates 3 MiB and frees 2 MiB while the main thread
+    allocates and frees 512 KiB blocks on profiled lines all the while: each
+    line counts its own thread's bytes only (polled cumulative counters gave
+    each line the other thread's bytes too)."""
+    torch.cuda.init()
+    settle()
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    prof = LineProfiler(cuda_keep_and_temp, cuda_churn, device="cuda:0",
+                        columns=THREAD_COLUMNS)
+    ready, proceed, done = threading.Event(), threading.Event(), threading.Event()
+    kept = []
+
+    def worker():
+        kept.append(cuda_keep_and_temp(ready, proceed))
+        done.set()
+
+    try:
+        with prof:
+            t = threading.Thread(target=worker)
+            t.start()
+            ready.wait(30)
+            proceed.set()
+            churned = cuda_churn(done)
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    line = cuda_row(prof, cuda_keep_and_temp, "# keep 1 MiB")
+    assert line["count"] == 1
+    assert line["allocated_bytes.all.allocated"] == 3 * MiB
+    assert line["allocated_bytes.all.freed"] == 2 * MiB
+    assert line["allocation.all.allocated"] == 2
+    assert line["allocation.all.freed"] == 1
+    assert churned > 0
+    churn = cuda_row(prof, cuda_churn, "# churn")
+    assert churn["count"] == churned
+    # counters sum over the runs: one 512 KiB block each, never the worker's
+    assert churn["allocated_bytes.all.allocated"] == churned * 512 * 1024
+    assert churn["allocated_bytes.all.freed"] == churned * 512 * 1024
+    assert churn["allocation.all.allocated"] == churned
+
+
+def cuda_churn(until):
+    n = 0  # start
+    while not until.is_set() or n == 0:
+        n += 1; x = torch.empty(131072, device="cuda"); del x  # churn
+    return n  # done
+
+
+def counted_reference(statements):
+    """Per statement, torch's own allocated / freed bytes and counts."""
+    namespace = {"torch": torch, "keep": []}
+    rows = []
+    for line in statements:
+        before = torch.cuda.memory_stats(0)
+        exec(line, namespace)
+        after = torch.cuda.memory_stats(0)
+        rows.append(tuple(after[k] - before[k] for k in THREAD_COLUMNS[1:]))
+    namespace.clear()
+    return rows
+
+
+@requires_cuda
+@needs_shim
+def test_counted_lines_match_torch_on_one_thread(tmp_path):
+    """One thread: each line's allocated / freed figures equal the deltas of
+    torch's own cumulative counters, through a side stream and record_stream."""
+    func = make_function("counted", SIDE_STREAM, tmp_path)
+    settle()
+    expected = counted_reference(SIDE_STREAM)
+    settle()
+    assert _sources.get_source("cuda", THREAD_COLUMNS) is shim.cuda_push_counted_source
+    keep = []
+    prof = LineProfiler(func, device="cuda:0", columns=THREAD_COLUMNS)
+    with prof:
+        func(keep)
+    del keep
+    lines = {line["lineno"]: line for line in prof.stats()[0]["lines"] if line["count"]}
+    got = [tuple(lines[i + 4][k] for k in THREAD_COLUMNS[1:]) for i in range(len(SIDE_STREAM))]
+    assert got == expected
+    assert sum(row[0] for row in expected) > 30 * MiB   # the reference saw the bytes
+    settle()
+
+
+@requires_cuda
+@needs_shim
+def test_counted_reader_sums_equal_torchs_after_mixed_workload():
+    """A counted reader's totals equal torch's cumulative counters' growth over
+    a random workload run by its own thread alone."""
+    torch.cuda.init()
+    shim.prepare("cuda_push_counted", 0)
+    fields = shim.fields("cuda_push_counted")
+    rng = random.Random(7)
+    before = torch.cuda.memory_stats(0)
+    reader = shim.open_reader("cuda_push_counted", 0)
+    assert reader >= 0
+    try:
+        mixed_workload(rng, 300)
+        got = dict(zip(fields, shim.read("cuda_push_counted", 0, reader)))
+        after = torch.cuda.memory_stats(0)
+    finally:
+        shim.close_reader("cuda_push_counted", 0, reader)
+    for key in THREAD_COLUMNS[1:]:
+        assert got[key] == after[key] - before[key], key
+    assert got["allocated_bytes.all.allocated"] > 0
+
+
+@requires_cuda
+def test_user_peak_statistics_survive_counted_profiling():
+    assert run(THREAD_COLUMNS) == run()

@@ -7,7 +7,10 @@
 // Fields (sorted, like torch.cuda.memory_stats()):
 //   active_bytes.all.current, active_bytes.all.peak,
 //   reserved_bytes.all.current, reserved_bytes.all.peak
-// which covers the profiler's default columns and its growth field.  Other
+// which covers the profiler's default columns and its growth field.  A second
+// source over the same tracker, "cuda_push_counted", adds what the calling
+// thread allocated and freed (allocated_bytes.all.allocated / .freed and
+// allocation.all.allocated / .freed): see "Per-thread counts" below.  Other
 // columns are read from the polled CUDA source (cuda_source.cpp); Python
 // picks the source (_sources.get_source).
 //
@@ -31,6 +34,7 @@
 //   SEGMENT_UNMAP  reserved falls *before* its callback;
 //   FREE_REQUESTED moves neither level (allocated_bytes falls before it, so
 //                  that peak cannot be caught this way: not offered here).
+// (The counted source also reads the stats at ALLOC and FREE_REQUESTED.)
 // A hot loop of `x = x + 1` then costs one observation per line instead of
 // one per event.  A reader's read() skips its own getDeviceStats() when no
 // level-moving event happened on the device since its previous read.
@@ -89,10 +93,70 @@ struct ReaderCache {
 // Rises not yet observed, bits of Device::pending.
 enum : unsigned { ACTIVE_ROSE = 1u, RESERVED_ROSE = 2u };
 
+// Per-thread counts.  allocated_bytes' cumulative .allocated rises right
+// *after* each ALLOC callback, and its cumulative .freed right *before* each
+// FREE_REQUESTED callback, both under the allocator's mutex.  So the
+// difference of .allocated between two consecutive ALLOC callbacks (or an
+// ALLOC callback and the allocating thread's next read) is exactly the first
+// ALLOC's block, and the difference of .freed between two consecutive
+// FREE_REQUESTED callbacks is exactly the second one's block: each is
+// credited to the reader of the thread that made the event.
+constexpr int kNobody = -2;      // no ALLOC waiting for its size
+constexpr int kUnprofiled = -1;  // a thread without a counted reader here
+
+struct Counts {
+    std::atomic<int64_t> bytes_allocated{0}, bytes_freed{0}, allocated{0}, freed{0};
+};
+
+// A tiny lock for Counting: held for a few stores, never across a call that
+// could block (a callback holding it already holds the allocator's mutex).
+class SpinGuard {
+  public:
+    explicit SpinGuard(std::atomic<bool> &busy) : busy_(busy) {
+        while (busy_.exchange(true, std::memory_order_acquire)) {
+        }
+    }
+    ~SpinGuard() { busy_.store(false, std::memory_order_release); }
+    SpinGuard(const SpinGuard &) = delete;
+    SpinGuard &operator=(const SpinGuard &) = delete;
+
+  private:
+    std::atomic<bool> &busy_;
+};
+
+struct Counting {
+    std::atomic<int> readers{0};  // counted readers open on this device
+    std::atomic<bool> busy{false};
+    // Guarded by busy:
+    int owner = kNobody;          // reader whose last ALLOC is not sized yet
+    uint64_t owner_gen = 0;
+    int64_t alloc_base = 0;       // cumulative .allocated at that ALLOC
+    bool freed_known = false;
+    int64_t freed_base = 0;       // cumulative .freed after the last FREE_REQUESTED
+
+    void forget() noexcept {
+        SpinGuard guard(busy);
+        owner = kNobody;
+        freed_known = false;
+    }
+};
+
+// A counted reader of the calling thread, per device; validated by the
+// reader's generation, since another thread may reuse the register.
+struct Mine {
+    int reader = kUnprofiled;
+    uint64_t gen = 0;
+};
+thread_local Mine t_mine[kMaxDevices];
+
 // One device's readers.
 struct Device {
-    std::atomic<uint64_t> open{0};  // bit i: registers[i] in use
+    std::atomic<uint64_t> open{0};     // bit i: registers[i] in use
+    std::atomic<uint64_t> counted{0};  // bit i: reader i is a counted one
+    std::atomic<uint64_t> gens[kMaxReaders] = {};  // bumped at each open / close
     std::atomic<int64_t> registers[kMaxReaders][N_QUANTITIES] = {};
+    Counts counts[kMaxReaders];
+    Counting counting;
     // Written by the tracker only, under this device's allocator mutex.
     std::atomic<unsigned> pending{0};
     std::atomic<uint64_t> changes{0};  // level-moving events seen while armed
@@ -108,11 +172,59 @@ struct Device {
         }
     }
 
-    void observe(c10::DeviceIndex index) {
+    void observe(const DeviceStats &stats) noexcept {
         int64_t levels[N_QUANTITIES];
-        levels_of(cca::getDeviceStats(index), levels);
+        levels_of(stats, levels);
         pending.store(0, std::memory_order_relaxed);
         raise_readers(levels);
+    }
+
+    // The calling thread's counted reader on this device, or kUnprofiled.
+    int me(int device) const noexcept {
+        const Mine m = t_mine[device];
+        if (m.reader < 0 ||
+            (counted.load(std::memory_order_acquire) & (uint64_t{1} << m.reader)) == 0 ||
+            gens[m.reader].load(std::memory_order_acquire) != m.gen)
+            return kUnprofiled;
+        return m.reader;
+    }
+
+    void credit(int reader, uint64_t gen, std::atomic<int64_t> Counts::*field,
+                int64_t bytes) noexcept {
+        if (reader >= 0 && bytes > 0 && gens[reader].load(std::memory_order_acquire) == gen)
+            (counts[reader].*field).fetch_add(bytes, std::memory_order_relaxed);
+    }
+
+    // At an ALLOC callback: `allocated` is the cumulative figure before it.
+    void count_alloc(int device, int64_t allocated) noexcept {
+        const int mine = me(device);
+        const uint64_t gen = mine >= 0 ? gens[mine].load(std::memory_order_relaxed) : 0;
+        {
+            SpinGuard guard(counting.busy);
+            if (counting.owner != kNobody)
+                credit(counting.owner, counting.owner_gen, &Counts::bytes_allocated,
+                       allocated - counting.alloc_base);
+            counting.owner = mine;
+            counting.owner_gen = gen;
+            counting.alloc_base = allocated;
+        }
+        if (mine >= 0)
+            counts[mine].allocated.fetch_add(1, std::memory_order_relaxed);
+    }
+
+    // At a FREE_REQUESTED callback: `freed` is the cumulative figure after it.
+    void count_free(int device, int64_t freed) noexcept {
+        const int mine = me(device);
+        const uint64_t gen = mine >= 0 ? gens[mine].load(std::memory_order_relaxed) : 0;
+        {
+            SpinGuard guard(counting.busy);
+            if (counting.freed_known)
+                credit(mine, gen, &Counts::bytes_freed, freed - counting.freed_base);
+            counting.freed_base = freed;
+            counting.freed_known = true;
+        }
+        if (mine >= 0)
+            counts[mine].freed.fetch_add(1, std::memory_order_relaxed);
     }
 };
 
@@ -135,23 +247,33 @@ void on_trace(const TraceEntry &e) {
         return;
     try {
         const unsigned pending = dev.pending.load(std::memory_order_relaxed);
+        const bool counting = dev.counting.readers.load(std::memory_order_acquire) > 0;
         switch (e.action_) {
         case TraceEntry::SEGMENT_ALLOC:
         case TraceEntry::SEGMENT_MAP:
             dev.pending.store(pending | RESERVED_ROSE, std::memory_order_relaxed);
             break;
         case TraceEntry::ALLOC:
-            if (pending & RESERVED_ROSE)
-                dev.observe(e.device_);
+            if (counting || (pending & RESERVED_ROSE) != 0) {
+                const DeviceStats stats = cca::getDeviceStats(e.device_);
+                if ((pending & RESERVED_ROSE) != 0)
+                    dev.observe(stats);
+                if (counting)
+                    dev.count_alloc(d, stats.allocated_bytes[kAll].allocated);
+            }
             dev.pending.fetch_or(ACTIVE_ROSE, std::memory_order_relaxed);
             break;
+        case TraceEntry::FREE_REQUESTED:  // moves no level
+            if (counting)
+                dev.count_free(d, cca::getDeviceStats(e.device_).allocated_bytes[kAll].freed);
+            return;
         case TraceEntry::FREE_COMPLETED:
         case TraceEntry::SEGMENT_FREE:
         case TraceEntry::SEGMENT_UNMAP:
             if (pending != 0)
-                dev.observe(e.device_);
+                dev.observe(cca::getDeviceStats(e.device_));
             break;
-        default:  // FREE_REQUESTED, OOM, SNAPSHOT...: no level moves
+        default:  // OOM, SNAPSHOT...: no level moves
             return;
         }
         dev.changes.fetch_add(1, std::memory_order_release);
@@ -237,12 +359,13 @@ int push_sample(int device, int64_t *out) noexcept {
 // This source never resets the allocator's peaks: it has readers instead.
 int push_reset_peaks(int device) noexcept { return -1; }
 
-int push_open_reader(int device) noexcept {
+// Opens a reader on the calling thread; a counted one also counts what this
+// thread allocates and frees from now on.
+int open_reader(int device, bool counted) noexcept {
     if (!valid_device(device))
         return -1;
     try {
-        int64_t levels[N_QUANTITIES];
-        levels_of(cca::getDeviceStats(static_cast<c10::DeviceIndex>(device)), levels);
+        const DeviceStats stats = cca::getDeviceStats(static_cast<c10::DeviceIndex>(device));
         std::lock_guard<std::mutex> lock(g_control);
         if (!g_attached)
             return -1;
@@ -251,29 +374,63 @@ int push_open_reader(int device) noexcept {
         if (bits == ~uint64_t{0})
             return -1;  // (g_control serialises openers: no CAS loop needed)
         const int i = __builtin_ctzll(~bits);
+        const uint64_t bit = uint64_t{1} << i;
         // Arm before publishing, so the first event seen raises from here.
+        int64_t levels[N_QUANTITIES];
+        levels_of(stats, levels);
         for (int q = 0; q < N_QUANTITIES; ++q)
             dev.registers[i][q].store(levels[q], std::memory_order_relaxed);
         dev.caches[i].valid = false;
-        dev.open.fetch_or(uint64_t{1} << i, std::memory_order_acq_rel);
+        const uint64_t gen = dev.gens[i].fetch_add(1, std::memory_order_acq_rel) + 1;
+        if (counted) {
+            Counts &c = dev.counts[i];
+            c.bytes_allocated.store(0, std::memory_order_relaxed);
+            c.bytes_freed.store(0, std::memory_order_relaxed);
+            c.allocated.store(0, std::memory_order_relaxed);
+            c.freed.store(0, std::memory_order_relaxed);
+            t_mine[device] = Mine{i, gen};
+            dev.counted.fetch_or(bit, std::memory_order_acq_rel);
+        }
+        dev.open.fetch_or(bit, std::memory_order_acq_rel);
         if (g_open_readers++ == 0)
             g_armed.store(true, std::memory_order_release);
+        if (counted && dev.counting.readers.fetch_add(1, std::memory_order_acq_rel) == 0) {
+            // Counting starts now: the first FREE_REQUESTED needs a base.  One
+            // racing with this read sets it itself (its thread has no counted
+            // reader yet: nothing of a reader is lost).
+            dev.counting.forget();
+            const int64_t freed =
+                cca::getDeviceStats(static_cast<c10::DeviceIndex>(device)).allocated_bytes[kAll].freed;
+            SpinGuard guard(dev.counting.busy);
+            if (!dev.counting.freed_known) {
+                dev.counting.freed_base = freed;
+                dev.counting.freed_known = true;
+            }
+        }
         return i;
     } catch (...) {  // getDeviceStats on a device torch does not know
         return -1;
     }
 }
 
-void push_close_reader(int device, int reader) noexcept {
+void close_reader(int device, int reader) noexcept {
     if (!valid_device(device) || reader < 0 || reader >= kMaxReaders)
         return;
     std::lock_guard<std::mutex> lock(g_control);
+    Device &dev = g_devices[device];
     const uint64_t bit = uint64_t{1} << reader;
-    if ((g_devices[device].open.fetch_and(~bit, std::memory_order_acq_rel) & bit) == 0)
+    if ((dev.open.fetch_and(~bit, std::memory_order_acq_rel) & bit) == 0)
         return;
+    dev.gens[reader].fetch_add(1, std::memory_order_acq_rel);  // orphans its pending ALLOC
+    if ((dev.counted.fetch_and(~bit, std::memory_order_acq_rel) & bit) != 0 &&
+        dev.counting.readers.fetch_sub(1, std::memory_order_acq_rel) == 1)
+        dev.counting.forget();
     if (--g_open_readers == 0)
         g_armed.store(false, std::memory_order_release);
 }
+
+int push_open_reader(int device) noexcept { return open_reader(device, false); }
+int counted_open_reader(int device) noexcept { return open_reader(device, true); }
 
 // This reader's peak since its last read, rearmed at the current level (an
 // event racing with the exchange lands in this read or the next).
@@ -282,27 +439,74 @@ int64_t take_peak(std::atomic<int64_t> &reg, int64_t current) noexcept {
     return peak > current ? peak : current;
 }
 
+// out: active current, active peak, reserved current, reserved peak.
+void read_levels(int device, int reader, int64_t *out) {
+    Device &dev = g_devices[device];
+    ReaderCache &cache = dev.caches[reader];
+    // Loaded before the stats: an event racing with this read makes the
+    // next read poll again, never reuse a stale level.
+    const uint64_t changes = dev.changes.load(std::memory_order_acquire);
+    if (!cache.valid || cache.seen != changes) {
+        levels_of(cca::getDeviceStats(static_cast<c10::DeviceIndex>(device)), cache.levels);
+        cache.seen = changes;
+        cache.valid = true;
+    }
+    std::atomic<int64_t> *regs = dev.registers[reader];
+    out[0] = cache.levels[ACTIVE];
+    out[1] = take_peak(regs[ACTIVE], cache.levels[ACTIVE]);
+    out[2] = cache.levels[RESERVED];
+    out[3] = take_peak(regs[RESERVED], cache.levels[RESERVED]);
+}
+
 int push_read(int device, int reader, int64_t *out) noexcept {
     if (!valid_device(device) || reader < 0 || reader >= kMaxReaders)
         return -1;
     try {
+        read_levels(device, reader, out);
+        return 0;
+    } catch (...) {
+        return -1;
+    }
+}
+
+// Sizes this thread's own last ALLOC if no other ALLOC has done it yet: the
+// stats are read after that allocation finished, and any ALLOC after it
+// would have sized it first (and taken the ownership).
+void settle_own_alloc(Device &dev, int device, int reader) {
+    const uint64_t gen = dev.gens[reader].load(std::memory_order_acquire);
+    {
+        SpinGuard guard(dev.counting.busy);
+        if (dev.counting.owner != reader || dev.counting.owner_gen != gen)
+            return;
+    }
+    const int64_t allocated =
+        cca::getDeviceStats(static_cast<c10::DeviceIndex>(device)).allocated_bytes[kAll].allocated;
+    SpinGuard guard(dev.counting.busy);
+    if (dev.counting.owner != reader || dev.counting.owner_gen != gen)
+        return;
+    dev.credit(reader, gen, &Counts::bytes_allocated, allocated - dev.counting.alloc_base);
+    dev.counting.owner = kNobody;
+}
+
+int counted_read(int device, int reader, int64_t *out) noexcept {
+    if (!valid_device(device) || reader < 0 || reader >= kMaxReaders)
+        return -1;
+    try {
         Device &dev = g_devices[device];
-        ReaderCache &cache = dev.caches[reader];
-        // Loaded before the stats: an event racing with this read makes the
-        // next read poll again, never reuse a stale level.
-        const uint64_t changes = dev.changes.load(std::memory_order_acquire);
-        if (!cache.valid || cache.seen != changes) {
-            levels_of(cca::getDeviceStats(static_cast<c10::DeviceIndex>(device)),
-                      cache.levels);
-            cache.seen = changes;
-            cache.valid = true;
-        }
-        const int64_t *levels = cache.levels;
-        std::atomic<int64_t> *regs = dev.registers[reader];
-        out[0] = levels[ACTIVE];
-        out[1] = take_peak(regs[ACTIVE], levels[ACTIVE]);
-        out[2] = levels[RESERVED];
-        out[3] = take_peak(regs[RESERVED], levels[RESERVED]);
+        int64_t levels[4];
+        read_levels(device, reader, levels);
+        settle_own_alloc(dev, device, reader);
+        const Counts &c = dev.counts[reader];
+        const auto rel = std::memory_order_relaxed;
+        // Order matches kCountedFields.
+        out[0] = levels[0];
+        out[1] = levels[1];
+        out[2] = c.bytes_allocated.load(rel);
+        out[3] = c.bytes_freed.load(rel);
+        out[4] = c.allocated.load(rel);
+        out[5] = c.freed.load(rel);
+        out[6] = levels[2];
+        out[7] = levels[3];
         return 0;
     } catch (...) {
         return -1;
@@ -314,6 +518,33 @@ const char *const kFieldNames[] = {
     "reserved_bytes.all.current", "reserved_bytes.all.peak",
 };
 
+const char *const kCountedFields[] = {
+    "active_bytes.all.current",      "active_bytes.all.peak",
+    "allocated_bytes.all.allocated", "allocated_bytes.all.freed",
+    "allocation.all.allocated",      "allocation.all.freed",
+    "reserved_bytes.all.current",    "reserved_bytes.all.peak",
+};
+
+// sample() of the counted source: the allocator's own figures, cumulative.
+int counted_sample(int device, int64_t *out) noexcept {
+    try {
+        if (!valid_device(device))
+            return -1;
+        const DeviceStats stats = cca::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+        out[0] = stats.active_bytes[kAll].current;
+        out[1] = stats.active_bytes[kAll].peak;
+        out[2] = stats.allocated_bytes[kAll].allocated;
+        out[3] = stats.allocated_bytes[kAll].freed;
+        out[4] = stats.allocation[kAll].allocated;
+        out[5] = stats.allocation[kAll].freed;
+        out[6] = stats.reserved_bytes[kAll].current;
+        out[7] = stats.reserved_bytes[kAll].peak;
+        return 0;
+    } catch (...) {
+        return -1;
+    }
+}
+
 const memlab_source kPushSource = {
     MEMLAB_SOURCE_ABI_VERSION,
     "cuda",
@@ -323,8 +554,21 @@ const memlab_source kPushSource = {
     push_sample,
     push_reset_peaks,
     push_open_reader,
-    push_close_reader,
+    close_reader,
     push_read,
+};
+
+const memlab_source kCountedSource = {
+    MEMLAB_SOURCE_ABI_VERSION,
+    "cuda",
+    static_cast<int>(sizeof kCountedFields / sizeof kCountedFields[0]),
+    kCountedFields,
+    push_prepare,
+    counted_sample,
+    push_reset_peaks,
+    counted_open_reader,
+    close_reader,
+    counted_read,
 };
 
 }  // namespace
@@ -332,6 +576,8 @@ const memlab_source kPushSource = {
 namespace memlab {
 
 const memlab_source *cuda_push_source() { return &kPushSource; }
+
+const memlab_source *cuda_push_counted_source() { return &kCountedSource; }
 
 const char *cuda_push_unavailable() noexcept {
     try {
@@ -352,6 +598,8 @@ const char *cuda_push_unavailable() noexcept {
 namespace memlab {
 
 const memlab_source *cuda_push_source() { return nullptr; }
+
+const memlab_source *cuda_push_counted_source() { return nullptr; }
 
 const char *cuda_push_unavailable() noexcept {
     return "the shim was built without the CUDA trace tracker: "

@@ -55,11 +55,19 @@ const memlab_source *source_by_kind(const char *kind) {
                          memlab::cuda_push_unavailable());
             return nullptr;
         }
+    } else if (std::strcmp(kind, "cuda_push_counted") == 0) {
+        source = memlab::cuda_push_counted_source();
+        if (source == nullptr) {
+            PyErr_Format(PyExc_RuntimeError, "no CUDA push source: %s",
+                         memlab::cuda_push_unavailable());
+            return nullptr;
+        }
     } else if (std::strcmp(kind, "cpu") == 0) {
         source = memlab::cpu_source();
     } else {
         PyErr_Format(PyExc_ValueError,
-                     "unknown source kind '%s' (expected 'cuda', 'cuda_push' or 'cpu')", kind);
+                     "unknown source kind '%s' (expected 'cuda', 'cuda_push', "
+                     "'cuda_push_counted' or 'cpu')", kind);
     }
     return source;
 }
@@ -255,6 +263,9 @@ int shim_exec(PyObject *module) {
         if (add_capsule(module, "cuda_source", memlab::cuda_source()) < 0)
             return -1;
         if (add_capsule(module, "cuda_push_source", memlab::cuda_push_source()) < 0)
+            return -1;
+        if (add_capsule(module, "cuda_push_counted_source",
+                        memlab::cuda_push_counted_source()) < 0)
             return -1;
     } catch (const std::exception &e) {  // building the field table allocates
         PyErr_Format(PyExc_ImportError, "_torchshim: %s", e.what());

@@ -17,6 +17,11 @@ const memlab_source *cuda_source();
  * shim was built without the CUDA headers. */
 const memlab_source *cuda_push_source();
 
+/* The same tracker, adding what the calling thread allocated and freed
+ * (allocated_bytes.all.allocated / .freed, allocation.all.allocated / .freed).
+ * Costs a stats read per ALLOC and FREE_REQUESTED while one is open. */
+const memlab_source *cuda_push_counted_source();
+
 /* Why cuda_push_source() cannot serve now (no tracker in this build, CPU
  * torch, cudaMallocAsync backend), or nullptr.  GIL held. */
 const char *cuda_push_unavailable() noexcept;
