@@ -27,11 +27,12 @@ def _codes():
 
 
 class Floor:
-    """A no-op LINE callback on NESTED's code objects; counts events."""
+    """A no-op LINE callback on `codes` (NESTED's code objects by default);
+    counts events."""
 
-    def __init__(self):
+    def __init__(self, codes=None):
         self.events = 0
-        self.codes = _codes()
+        self.codes = set(codes) if codes is not None else _codes()
         self.tool = None
 
     def enable(self):

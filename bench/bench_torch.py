@@ -249,6 +249,25 @@ def per_line_ours(env, args):
                     args.ours_pairs)
 
 
+def per_line_cpu_source(env, args):
+    """The same CUDA hot loop, profiled with the CPU source: the tracer's own
+    cost on these lines, without the CUDA allocator's."""
+    prof = LineProfiler(hot_loop, device="cpu")
+
+    def make():
+        prof.clear()
+        return prof
+    return per_line(env, make, lambda p: ours_events(p, hot_loop), args.ours_iters,
+                    args.ours_pairs)
+
+
+def per_line_floor(env, args):
+    """CPython's floor on the hot loop: a no-op Python LINE callback."""
+    floor = bench_nested.Floor([hot_loop.__code__])
+    return per_line(env, lambda: floor, lambda p: p.events, args.ours_iters,
+                    args.ours_pairs)
+
+
 def per_line_old(env, args, old):
     def factory():
         # a fresh one per run: its records are kept forever
@@ -519,6 +538,9 @@ def section(name, func, *args):
 
 def per_line_all(env, args, old):
     out = {"ours": per_line_ours(env, args)}
+    if env.cuda:
+        out["cpu_source"] = per_line_cpu_source(env, args)
+    out["floor"] = per_line_floor(env, args)
     if old is not None:
         try:
             out["old"] = per_line_old(env, args, old)
@@ -560,6 +582,14 @@ def main():
     res["nested"] = section("nested", bench_nested.nested, env.dev, args.quick)
 
     print(table(env, res, old_why))
+    floor_us = res["per_line"]["floor"]["per_line_us"]
+    for key, label in (("ours", "hot loop: ours, device's source"),
+                       ("cpu_source", "hot loop: ours, CPU source"),
+                       ("floor", "hot loop: no-op LINE callback (floor)")):
+        if key in res["per_line"]:
+            us = res["per_line"][key]["per_line_us"]
+            ratio = f"{us / floor_us:.2f}x the floor" if floor_us > 0 else ""
+            print(f"  {label:<48} {us:>9.3f} us/event  {ratio}")
     for r in bench_nested.rows(res["nested"]):
         print(f"  {r[0]:<48} {r[1]:>9} us/event  {r[2]}")
     pl, un, tr, mem = res["per_line"], res["unrelated"], res["train"], res["memory"]
@@ -582,6 +612,9 @@ def main():
         "train_step_ms": round(tr["step_ms"], 3), "targets": TARGETS,
         "nested_us_per_event": {k: round(v, 4) if isinstance(v, float) else v
                                 for k, v in res["nested"].items()},
+        "hot_loop_us_per_event": {k: round(res["per_line"][k]["per_line_us"], 4)
+                                  for k in ("ours", "cpu_source", "floor")
+                                  if k in res["per_line"]},
     }
     print(json.dumps(summary), flush=True)
 
