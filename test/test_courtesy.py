@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import pytorch_memlab
-from pytorch_memlab import courtesy as courtesy_mod
+from pytorch_memlab.courtesy import lender, scope, storage_moves
 from pytorch_memlab.courtesy import Courtesy
 
 MiB = 1024 * 1024
@@ -273,7 +273,7 @@ def test_exception_in_with_restores():
 def test_failed_yield_puts_everything_back(monkeypatch):
     tensors = [torch.randn(10) for _ in range(4)]
     ptrs = [t.data_ptr() for t in tensors]
-    real = courtesy_mod._copy_storage
+    real = storage_moves.copy_storage
     calls: List[int] = []
 
     def flaky(storage: torch.UntypedStorage, device: torch.device) -> torch.UntypedStorage:
@@ -282,7 +282,7 @@ def test_failed_yield_puts_everything_back(monkeypatch):
             raise MemoryError("host is full")
         return real(storage, device)
 
-    monkeypatch.setattr(courtesy_mod, "_copy_storage", flaky)
+    monkeypatch.setattr(storage_moves, "copy_storage", flaky)
     c = HostCourtesy(tensors=tensors, threshold=None)
     with pytest.raises(MemoryError):
         c.yield_memory()
@@ -312,11 +312,11 @@ def test_skips_what_it_cannot_move():
 
 
 def test_leftover_message_names_the_causes():
-    msg = courtesy_mod._leftover_message([(0, 3 * 1024 ** 3)], 64 * MiB, stuck=2 * MiB,
+    msg = lender._leftover_message([(0, 3 * 1024 ** 3)], 64 * MiB, stuck=2 * MiB,
                                          skipped=1, scoped=True)
     assert msg.startswith("Courtesy.yield_memory(): still allocated after yielding: "
-                          "cuda:0 3.00 GiB")
-    for part in ("threshold 64.00 MiB", "2.00 MiB in storages", "left in place", "autograd saved",
+                          "cuda:0 3.00G")
+    for part in ("threshold 64.00M", "2.00M in storages", "left in place", "autograd saved",
                  "only from C++", "outside the tensors= scope", "1 sparse"):
         assert part in msg
 
@@ -324,7 +324,7 @@ def test_leftover_message_names_the_causes():
 def test_gc_walk_finds_unnamed_owners():
     holder = {"deep": [torch.randn(5)]}  # reachable only through containers
     t = holder["deep"][0]
-    found, _ = courtesy_mod._collect(None)
+    found, _ = scope.collect(None)
     assert any(x is t for x in found)
 
 

@@ -32,7 +32,7 @@ import torch
 __all__ = ["BlockRow", "DeviceBlocks", "snapshot_segments", "split_blocks", "start_recording"]
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep   # the package
 DEFAULT_POOL = (0, 0)
 
 
