@@ -66,6 +66,11 @@ def device_matches(want: torch.device, dev: torch.device) -> bool:
     return want.type == dev.type and (want.index is None or want.index == dev.index)
 
 
+def cuda_in_use() -> bool:
+    """Is CUDA there and already initialised (so reading it starts nothing)?"""
+    return torch.cuda.is_available() and bool(torch.cuda.is_initialized())  # type: ignore[no-untyped-call]
+
+
 def cuda_count() -> int:
     """Visible CUDA devices; 0 without CUDA (never initialises it otherwise)."""
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -164,7 +169,7 @@ def current_target() -> int:
     """The GPU that following profilers read now."""
     if _target is not None:
         return _target
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if cuda_in_use():
         return torch.cuda.current_device()
     return 0
 

@@ -10,11 +10,14 @@ without the non-leaf warning; its storage named by the memory it holds.
 from __future__ import annotations
 
 import gc
-from typing import Hashable, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 
-__all__ = ["is_tensor", "grad_of", "live_tensors", "storage_of"]
+__all__ = ["is_tensor", "grad_of", "live_tensors", "storage_of", "StorageKey"]
+
+# (device, address); ("impl", id of the C storage) for a storage without an address
+StorageKey = Tuple[str, int]
 
 
 def is_tensor(obj: object) -> bool:
@@ -41,7 +44,7 @@ def live_tensors() -> List[torch.Tensor]:
     return [obj for obj in gc.get_objects() if is_tensor(obj)]
 
 
-def storage_of(t: torch.Tensor) -> Optional[Tuple[Hashable, int]]:
+def storage_of(t: torch.Tensor) -> Optional[Tuple[StorageKey, int]]:
     """(identity key, nbytes) of t's storage, or None for a tensor without one.
 
     The key is ``(device, address)``: the same memory is the same storage,
@@ -56,7 +59,7 @@ def storage_of(t: torch.Tensor) -> Optional[Tuple[Hashable, int]]:
         storage = t.untyped_storage()
         nbytes = int(storage.nbytes())
         ptr = storage.data_ptr()
-        key: Hashable = (str(t.device), ptr) if ptr else ("impl", storage._cdata)
+        key: StorageKey = (str(t.device), ptr) if ptr else ("impl", int(storage._cdata))
     except Exception:
         return None
     return key, nbytes

@@ -9,7 +9,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Type
 
 import torch
 
-from ..common.devices import DeviceSpec
+from ..common.devices import DeviceSpec, cuda_in_use
 from ..common.sizes import readable_size
 from .scope import (DEFAULT_THRESHOLD, Scope, collect, group_by_storage, held_elsewhere,
                     parse_device, parse_scope, parse_threshold)
@@ -105,9 +105,8 @@ class Courtesy:
             return 0
         tensors, _ = collect(self._roots)
         groups: Dict[int, List[torch.Tensor]] = {}
-        for key, members in group_by_storage(tensors).items():
-            device, address = key  # type: ignore[misc]
-            if device == "cpu" and address in self._moved:
+        for (where, address), members in group_by_storage(tensors).items():
+            if where == "cpu" and address in self._moved:
                 groups[address] = members
         del tensors
         moved = 0
@@ -206,7 +205,7 @@ class Courtesy:
 
     def _release(self, skipped: int, stuck: int) -> None:
         """Hand cached blocks back to the driver; warn about what stayed."""
-        if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        if not cuda_in_use():
             return
         clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
         if clear_workspaces is not None:  # cuBLAS workspaces count as allocated memory

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable as _IterableABC
 from collections.abc import Mapping
-from typing import Dict, Hashable, Iterable, List, Optional, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 import torch
 
 from ..common.devices import DeviceSpec, cuda_index
-from ..common.tensors import grad_of, live_tensors, storage_of
+from ..common.tensors import StorageKey, grad_of, live_tensors, storage_of
 
 DEFAULT_THRESHOLD = 64 * 1024 * 1024
 """Bytes a device may still hold after ``yield_memory()`` before a warning."""
@@ -94,7 +94,7 @@ def held_elsewhere(storage: torch.UntypedStorage) -> bool:
     """Whether anything besides this one handle still owns storage."""
     if _storage_use_count is None:
         return False
-    return _storage_use_count(storage._cdata) > 1
+    return bool(_storage_use_count(storage._cdata) > 1)
 
 
 def roots_tensors(roots: Optional[List[object]]) -> List[torch.Tensor]:
@@ -148,10 +148,10 @@ def collect(roots: Optional[List[object]]) -> Tuple[List[torch.Tensor], List[tor
     return movable, other
 
 
-def group_by_storage(tensors: Iterable[torch.Tensor]) -> Dict[Hashable, List[torch.Tensor]]:
+def group_by_storage(tensors: Iterable[torch.Tensor]) -> Dict[StorageKey, List[torch.Tensor]]:
     """Tensors per storage (keyed by device and address); empty storages, and
     wrappers that give none (functorch), are left out."""
-    groups: Dict[Hashable, List[torch.Tensor]] = {}
+    groups: Dict[StorageKey, List[torch.Tensor]] = {}
     for t in tensors:
         found = storage_of(t)
         if found is not None and found[1] > 0:

@@ -8,7 +8,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from ..common.devices import device_matches
+from ..common.devices import cuda_in_use, device_matches
 from ..common.sizes import readable_size, with_bytes
 from . import blocks
 from .collect import Collector, graph_ptrs
@@ -18,7 +18,7 @@ from .text import CUDA_BLOCK_BYTES
 
 def cuda_allocated() -> Dict[str, int]:
     """torch.cuda.memory_allocated per device, without initialising CUDA."""
-    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+    if not cuda_in_use():
         return {}
     return {f"cuda:{i}": torch.cuda.memory_allocated(i) for i in range(torch.cuda.device_count())}
 

@@ -4,11 +4,11 @@ other live tensor; each storage charged once, to its first row."""
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Set, Tuple
 
 import torch
 
-from ..common.tensors import grad_of, is_tensor, live_tensors, storage_of
+from ..common.tensors import StorageKey, grad_of, is_tensor, live_tensors, storage_of
 from .rows import TensorRow
 
 # Components of each sparse layout, as (row suffix, accessor).
@@ -50,7 +50,7 @@ class Collector:
         self.skipped = 0
         self._keep: List[object] = []            # Owned: keeps every id() below valid.
         self._seen: Set[int] = set()             # id() of tensor objects already listed
-        self.storages: Dict[Hashable, Tuple[int, str]] = {}   # key -> (storage id, owner name)
+        self.storages: Dict[StorageKey, Tuple[int, str]] = {}   # key -> (storage id, owner name)
         self._sort: List[Tuple[float, int]] = []   # per row: (storage order, row order)
         self._type_count: Dict[str, int] = {}
 
@@ -68,8 +68,7 @@ class Collector:
     def storage_ptrs(self) -> Dict[str, List[int]]:
         """Addresses of the storages found, per device."""
         out: Dict[str, List[int]] = {}
-        for key in self.storages:
-            device, ptr = key  # type: ignore[misc]
+        for device, ptr in self.storages:
             if device != "impl":
                 out.setdefault(device, []).append(ptr)
         return out
@@ -254,8 +253,7 @@ def graph_ptrs(col: Collector) -> Dict[Tuple[str, int], str]:
     try:
         walk_graph(ghost, roots)
         out: Dict[Tuple[str, int], str] = {}
-        for key, (_, name) in ghost.storages.items():
-            device, ptr = key  # type: ignore[misc]
+        for (device, ptr), (_, name) in ghost.storages.items():
             if device != "impl":
                 out[(device, ptr)] = name
         return out
