@@ -256,7 +256,9 @@ def test_report_keeps_no_tensor_alive():
     gc.collect()
     assert [r() for r in refs] == [None] * 4
     assert model_ref() is None and opt_ref() is None   # the reporter holds weak references
-    assert quiet_report(reporter, verbose=True).rows is not None  # model gone: still works
+    # model and optimizer gone: nothing is named after them any more
+    kinds = {r.kind for r in quiet_report(reporter, verbose=True).rows}
+    assert not kinds & {"param", "buffer", "optimizer"}, kinds
 
 
 def test_survives_objects_whose_isinstance_raises():
@@ -302,10 +304,16 @@ def test_bad_input():
     with pytest.raises(TypeError, match="torch.nn.Module"):
         MemReporter([nn.Linear(1, 1)])
     reporter = MemReporter()
-    with pytest.raises(ValueError, match="unknown device 'gpu0'"):
+    forms = ("expected None (every device), a str such as 'cpu', 'cuda' (every CUDA device) "
+             "or 'cuda:0', an int (a CUDA index) or a torch.device")
+    with pytest.raises(ValueError) as err:
         reporter.report(device="gpu0")
-    with pytest.raises(TypeError, match="device="):
-        reporter.report(device=1.5)
+    assert str(err.value) == ("report(device=...): unknown device 'gpu0' (Invalid device "
+                              f"string: 'gpu0'); {forms}")
+    for bad, shown in ((1.5, "float 1.5"), (object(), "object")):
+        with pytest.raises(TypeError) as err:
+            reporter.report(device=bad)
+        assert str(err.value) == f"report(device=...): got {shown}; {forms}"
     with pytest.raises(TypeError, match="module="):
         reporter.report(module="encoder")
     with pytest.raises(TypeError, match="outputs="):
@@ -325,6 +333,20 @@ def test_prints_by_default(capsys):
     assert "Storage on cpu" in out and "Used Memory: 24.00B (24 bytes)" in out
     quiet_report(MemReporter(lin), module=lin)
     assert capsys.readouterr().out == ""
+
+
+def test_table_sizes_are_the_line_table_style():
+    # one formatter for the package: the row and the total read as in the line table
+    holder = nn.Module()
+    holder.register_buffer("big", torch.zeros(3, 1 << 18))         # 3 MiB
+    holder.register_buffer("small", torch.zeros(10, dtype=torch.int16))
+    result = quiet_report(MemReporter(holder), module=holder)
+    storages = [b.untyped_storage().nbytes() for b in holder.buffers()]
+    assert storages == [3 << 20, 20] and result.total_bytes == sum(storages)
+    lines = str(result).splitlines()
+    assert re.fullmatch(r"big +buffer +float32 +\(3, 262144\) +3\.00M +#0", lines[3])
+    assert re.fullmatch(r"small +buffer +int16 +\(10,\) +20\.00B +#1", lines[4])
+    assert lines[6] == "Total Tensors: 2  Storages: 2  Used Memory: 3.00M (3,145,748 bytes)"
 
 
 def test_to_dicts_and_json():
