@@ -81,7 +81,8 @@ def cuda_index(spec: object, what: str, accepted: str = GPU_FORMS) -> Optional[i
     another device type, or an index beyond the visible GPUs when CUDA is there."""
     dev = parse_device(spec, what, accepted)
     if dev.type != "cuda":
-        raise ValueError(f"{what}: {spec!r} is not a CUDA device; expected {accepted}")
+        shown = repr(str(spec) if isinstance(spec, torch.device) else spec)
+        raise ValueError(f"{what}: {shown} is not a CUDA device; expected {accepted}")
     count = cuda_count()
     if dev.index is not None and count and dev.index >= count:
         raise ValueError(f"{what}: GPU {dev.index} does not exist ({count} visible); "

@@ -1,5 +1,10 @@
 """The text of a failed memlab check: the figures, then the line tables with
-the line that matters marked."""
+the line that matters marked.
+
+The figures in the first line are in IEC units (``33.00 MiB (34,603,008
+bytes)``, ``iec_size``), not the line table's ``33.00M``: they are read beside
+the budget or tolerance the user wrote in those units (``"16 MiB"``).  The
+tables below keep the line-table style."""
 from __future__ import annotations
 
 import os
