@@ -37,7 +37,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import mem_reporter as _mr
+from .common.devices import device_matches
+from .common.sizes import readable_size, with_bytes
+from .common.tensors import is_tensor
+from .mem_reporter.collect import Collector, walk_gc
 
 TOP = 10
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -193,19 +196,19 @@ def _frames(exc: BaseException) -> List[types.FrameType]:
 def _live_tensors(exc: BaseException, device: str) -> List[Dict[str, Any]]:
     """MemReporter's rows on ``device`` (largest first), the frames' local
     variables named after themselves."""
-    col = _mr._Collector()
+    col = Collector()
     origin: Dict[str, str] = {}
     try:
         for frame in _frames(exc):
             code = frame.f_code
             for var, value in list(frame.f_locals.items()):
-                if _mr._is_tensor(value):
+                if is_tensor(value):
                     names = [(var, value)]
                 elif isinstance(value, torch.nn.Module):
                     names = [(f"{var}.{n}", p) for n, p in value.named_parameters()]
                     names += [(f"{var}.{n}", b) for n, b in value.named_buffers()]
                 elif isinstance(value, (list, tuple)) and len(value) <= 64:
-                    names = [(f"{var}[{i}]", v) for i, v in enumerate(value) if _mr._is_tensor(v)]
+                    names = [(f"{var}[{i}]", v) for i, v in enumerate(value) if is_tensor(v)]
                 else:
                     continue
                 for name, tensor in names:
@@ -215,13 +218,13 @@ def _live_tensors(exc: BaseException, device: str) -> List[Dict[str, Any]]:
                     line = _assigned_line(code, var, frame.f_lineno)
                     if line is not None:
                         origin[name] = f"{os.path.basename(code.co_filename)}:{line}"
-        _mr._walk_gc(col)
+        walk_gc(col)
         rows = col.sorted_rows()
     finally:
         col.release()
     want = torch.device(device)
     mine = [r for r in rows if r.alias_of is None and r.bytes > 0
-            and _mr._device_matches(want, torch.device(r.device))]
+            and device_matches(want, torch.device(r.device))]
     mine.sort(key=lambda r: -r.bytes)
     return [{"name": r.name, "kind": r.kind, "dtype": r.dtype, "shape": list(r.shape),
              "bytes": r.bytes, "line": origin.get(r.name)} for r in mine[:TOP]]
@@ -230,7 +233,7 @@ def _live_tensors(exc: BaseException, device: str) -> List[Dict[str, Any]]:
 # ---------------------------------------------------------------- hints
 
 def _size(n: Optional[int]) -> str:
-    return "-" if n is None else _mr.readable_size(n)
+    return "-" if n is None else readable_size(n)
 
 
 def _hints(pm: Dict[str, Any]) -> List[str]:
@@ -301,7 +304,7 @@ def _row(label: str, value: str) -> str:
 
 
 def _exact(n: Optional[int]) -> str:
-    return "-" if n is None else f"{_mr.readable_size(n)} ({n:,} bytes)"
+    return "-" if n is None else with_bytes(n)
 
 
 def format_postmortem(pm: Dict[str, Any], qualname: str) -> str:

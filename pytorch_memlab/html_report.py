@@ -22,7 +22,7 @@ from .line_profiler._html import COLORS
 from ._postmortem import format_postmortem
 from .line_profiler._sections import Section, cell, count_cell, idle_note, raised_note, \
     sections, title
-from .line_profiler._units import readable_size
+from .common.sizes import readable_size
 
 _SHRINK = "#d65f5f"          # a negative net growth
 _ACTIVE, _RESERVED = COLORS[0], COLORS[1]

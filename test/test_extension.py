@@ -21,7 +21,8 @@ from traitlets.config import Config  # noqa: E402
 
 from pytorch_memlab import LineProfiler, _tracer  # noqa: E402
 from pytorch_memlab import extension  # noqa: E402
-from pytorch_memlab.line_profiler import DEFAULT_COLUMNS, _devices  # noqa: E402
+from pytorch_memlab.common import devices as _devices  # noqa: E402
+from pytorch_memlab.line_profiler import DEFAULT_COLUMNS  # noqa: E402
 
 MiB = 1 << 20
 QUARTER = 262144                     # float32 elements in 1 MiB

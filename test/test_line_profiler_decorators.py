@@ -25,8 +25,8 @@ from pytorch_memlab import (  # noqa: E402
     set_target_gpu,
     target_gpu,
 )
+from pytorch_memlab.common import devices as _devices  # noqa: E402
 from pytorch_memlab.line_profiler import (  # noqa: E402
-    _devices,  # noqa: E402
     global_line_profiler,
     readable_size,
 )
@@ -399,6 +399,8 @@ def test_profile_every_prints_on_exception(capsys):
 
 # ---- the target GPU --------------------------------------------------------------------
 
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="set_target_gpu refuses every index without CUDA (test_common.py)")
 def test_target_gpu_state_without_cuda_profilers():
     before = _devices._target
     try:

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from pytorch_memlab.mem_reporter import MemReport, MemReporter  # noqa: E402
+from pytorch_memlab.mem_reporter import MemReport, MemReporter, allocator, blocks, collect  # noqa: E402
 
 
 def cuda(test):
@@ -256,7 +256,9 @@ def test_report_keeps_no_tensor_alive():
     gc.collect()
     assert [r() for r in refs] == [None] * 4
     assert model_ref() is None and opt_ref() is None   # the reporter holds weak references
-    assert quiet_report(reporter, verbose=True).rows is not None  # model gone: still works
+    # model and optimizer gone: nothing is named after them any more
+    kinds = {r.kind for r in quiet_report(reporter, verbose=True).rows}
+    assert not kinds & {"param", "buffer", "optimizer"}, kinds
 
 
 def test_survives_objects_whose_isinstance_raises():
@@ -302,10 +304,16 @@ def test_bad_input():
     with pytest.raises(TypeError, match="torch.nn.Module"):
         MemReporter([nn.Linear(1, 1)])
     reporter = MemReporter()
-    with pytest.raises(ValueError, match="unknown device 'gpu0'"):
+    forms = ("expected None (every device), a str such as 'cpu', 'cuda' (every CUDA device) "
+             "or 'cuda:0', an int (a CUDA index) or a torch.device")
+    with pytest.raises(ValueError) as err:
         reporter.report(device="gpu0")
-    with pytest.raises(TypeError, match="device="):
-        reporter.report(device=1.5)
+    assert str(err.value) == ("report(device=...): unknown device 'gpu0' (Invalid device "
+                              f"string: 'gpu0'); {forms}")
+    for bad, shown in ((1.5, "float 1.5"), (object(), "object")):
+        with pytest.raises(TypeError) as err:
+            reporter.report(device=bad)
+        assert str(err.value) == f"report(device=...): got {shown}; {forms}"
     with pytest.raises(TypeError, match="module="):
         reporter.report(module="encoder")
     with pytest.raises(TypeError, match="outputs="):
@@ -322,9 +330,23 @@ def test_prints_by_default(capsys):
     MemReporter(lin).report(module=lin)
     out = capsys.readouterr().out
     assert out.startswith("Element type")
-    assert "Storage on cpu" in out and "Used Memory: 24 B (24 bytes)" in out
+    assert "Storage on cpu" in out and "Used Memory: 24.00B (24 bytes)" in out
     quiet_report(MemReporter(lin), module=lin)
     assert capsys.readouterr().out == ""
+
+
+def test_table_sizes_are_the_line_table_style():
+    # one formatter for the package: the row and the total read as in the line table
+    holder = nn.Module()
+    holder.register_buffer("big", torch.zeros(3, 1 << 18))         # 3 MiB
+    holder.register_buffer("small", torch.zeros(10, dtype=torch.int16))
+    result = quiet_report(MemReporter(holder), module=holder)
+    storages = [b.untyped_storage().nbytes() for b in holder.buffers()]
+    assert storages == [3 << 20, 20] and result.total_bytes == sum(storages)
+    lines = str(result).splitlines()
+    assert re.fullmatch(r"big +buffer +float32 +\(3, 262144\) +3\.00M +#0", lines[3])
+    assert re.fullmatch(r"small +buffer +int16 +\(10,\) +20\.00B +#1", lines[4])
+    assert lines[6] == "Total Tensors: 2  Storages: 2  Used Memory: 3.00M (3,145,748 bytes)"
 
 
 def test_to_dicts_and_json():
@@ -437,25 +459,23 @@ def test_cuda_saved_tensors_close_the_gap():
 
 def test_allocator_lines_without_a_gpu(monkeypatch):
     # the CUDA summary path, fed fake allocator totals so it runs on CPU too
-    import pytorch_memlab.mem_reporter as mem_reporter
-    monkeypatch.setattr(mem_reporter, "_cuda_allocated", lambda: {"cuda:0": 1024, "cuda:1": 0})
+    monkeypatch.setattr(allocator, "cuda_allocated", lambda: {"cuda:0": 1024, "cuda:1": 0})
     lin = nn.Linear(2, 2)
     result = quiet_report(MemReporter(lin), module=lin)
     assert [d.device for d in result.devices] == ["cpu", "cuda:0"]   # cuda:1 holds nothing
     gpu = result.devices[1]
     assert (gpu.tensors, gpu.bytes, gpu.block_bytes, gpu.allocator_bytes) == (0, 0, 0, 1024)
-    assert gpu.note.startswith("Allocator holds 1.00 KiB more than found: this report is scoped")
+    assert gpu.note.startswith("Allocator holds 1.00K more than found: this report is scoped")
     text = str(result)
-    assert "Allocated on cuda:0 (torch.cuda.memory_allocated): 1.00 KiB (1,024 bytes)" in text
+    assert "Allocated on cuda:0 (torch.cuda.memory_allocated): 1.00K (1,024 bytes)" in text
     assert gpu.note in text
     assert quiet_report(MemReporter(lin), module=lin, device="cuda:1").devices == []
 
 
 def test_allocator_explanations():
-    from pytorch_memlab.mem_reporter import _explain
-    assert _explain(1024, 1024, False).startswith("Matches the allocator")
-    assert "pass outputs=" in _explain(2048, 1024, False)
-    assert _explain(512, 1024, False).startswith("Found 512 B more than the allocator counts")
+    assert allocator.explain(1024, 1024, False).startswith("Matches the allocator")
+    assert "pass outputs=" in allocator.explain(2048, 1024, False)
+    assert allocator.explain(512, 1024, False).startswith("Found 512.00B more than the allocator counts")
 
 
 # ------------------------------------------------------------------ issue 14 bugs
@@ -520,7 +540,6 @@ def _block(address, size, state="active_allocated", requested=None, frames=()):
 
 def test_split_blocks_matches_storage_addresses():
     # addresses of real storages stand in for device pointers: the split is arithmetic
-    from pytorch_memlab import _blocks
     a, b = torch.zeros(1000), torch.zeros(10)
     pa, pb = a.untyped_storage().data_ptr(), b.untyped_storage().data_ptr()
     far = max(pa, pb) + (1 << 30)
@@ -536,7 +555,7 @@ def test_split_blocks_matches_storage_addresses():
         _segment([_block(far + (128 << 20), 512)], device=1),
     ]
     graph = {far + (96 << 20) + 16: "AddmmBackward0.mat1"}
-    split = _blocks.split_blocks(segments, "cuda:0", [pa, pb + 4], lambda: graph,
+    split = blocks.split_blocks(segments, "cuda:0", [pa, pb + 4], lambda: graph,
                                  lambda: {32 << 20: "cuBLAS workspace (by its size)"})
     assert (split.held_bytes, split.held_blocks) == (4096 + 512, 2)
     by_size = {r.size: r for r in split.other}
@@ -551,18 +570,16 @@ def test_split_blocks_matches_storage_addresses():
 
 
 def test_block_section_in_the_report(monkeypatch):
-    import pytorch_memlab.mem_reporter as mem_reporter
-    from pytorch_memlab import _blocks
     holder = nn.Module()
     holder.register_buffer("w", torch.zeros(256))
     p = holder.w.untyped_storage().data_ptr()
     segments = [_segment([_block(p, 1024)]),
                 _segment([_block(p + (1 << 30), 512), _block(p + (1 << 30) + 512, 512)])]
-    monkeypatch.setattr(_blocks, "snapshot_segments", lambda: segments)
-    monkeypatch.setattr(mem_reporter, "_cuda_allocated", lambda: {"cuda:0": 2048})
+    monkeypatch.setattr(blocks, "snapshot_segments", lambda: segments)
+    monkeypatch.setattr(allocator, "cuda_allocated", lambda: {"cuda:0": 2048})
     # the buffer's row is on cpu; pretend its storage address is on cuda:0 too
-    real = mem_reporter._Collector.storage_ptrs
-    monkeypatch.setattr(mem_reporter._Collector, "storage_ptrs",
+    real = collect.Collector.storage_ptrs
+    monkeypatch.setattr(collect.Collector, "storage_ptrs",
                         lambda self: dict(real(self), **{"cuda:0": [p]}))
     result = quiet_report(MemReporter(holder))
     gpu = next(d for d in result.devices if d.device == "cuda:0")
@@ -571,22 +588,21 @@ def test_block_section_in_the_report(monkeypatch):
     assert [b.size for b in result.blocks] == [512, 512]
     text = str(result)
     assert "Allocator blocks not held by a visible tensor on cuda:0" in text
-    assert "     2         512 B  default         unknown" in text
-    assert "  + blocks not held by a visible tensor:    1.00 KiB (1,024 bytes)" in text
+    assert "     2       512.00B  default         unknown" in text
+    assert "  + blocks not held by a visible tensor:    1.00K (1,024 bytes)" in text
     assert json.loads(result.to_json())["blocks"][0]["size"] == 512
 
 
 def test_workspace_sizes_follow_the_environment(monkeypatch):
-    from pytorch_memlab import _blocks
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    assert _blocks._env_cublas_size(8) == 32 << 20
+    assert blocks._env_cublas_size(8) == 32 << 20
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:2:16:8")
-    assert _blocks._env_cublas_size(9) == 4096 * 1024 * 2 + 16 * 1024 * 8
+    assert blocks._env_cublas_size(9) == 4096 * 1024 * 2 + 16 * 1024 * 8
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
-    assert _blocks._env_cublas_size(9) == 32 << 20
-    assert _blocks._env_cublas_size(8) == 4096 * 1024 * 2 + 16 * 1024 * 8
+    assert blocks._env_cublas_size(9) == 32 << 20
+    assert blocks._env_cublas_size(8) == 4096 * 1024 * 2 + 16 * 1024 * 8
     monkeypatch.setenv("CUBLASLT_WORKSPACE_SIZE", "2048")
-    assert _blocks._env_cublaslt_size() == 2 << 20
+    assert blocks._env_cublaslt_size() == 2 << 20
 
 
 def _mlp_after_adam_step():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytorch_memlab.pytest_plugin._sizes import parse_size
+from pytorch_memlab.common.sizes import parse_size
 
 pytest_plugins = ["pytester"]
 pytest.importorskip("torch")

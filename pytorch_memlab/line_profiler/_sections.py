@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from ._stats import FunctionRecord, LineRecord, ran
-from ._units import format_value, readable_size
+from ..common.sizes import format_value, readable_size
 
 GROWTH = "net_growth"
 GROWTH_TITLE = ("active_bytes", "net growth")

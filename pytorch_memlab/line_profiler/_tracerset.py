@@ -8,7 +8,7 @@ import torch
 
 from .. import _sources, _tracer
 from ._columns import GROWTH_FIELD, check_columns
-from ._devices import DeviceSlot, current_target, label
+from ..common.devices import DeviceSlot, current_target, label
 
 # {code: {lineno: (count, net_growth, values in column order)}}
 TracerStats = dict[types.CodeType, dict[int, tuple[int, int, tuple[int, ...]]]]

@@ -14,7 +14,7 @@ import threading
 from typing import Any, Callable, Optional
 
 from ._columns import ColumnsArg, normalize_columns
-from ._devices import DeviceArg, resolve_devices
+from ..common.devices import DeviceArg, resolve_devices
 from ._wrap import wrap_any
 from ..distributed import decorator_reporter, rank_device
 from .profiler import LineProfiler
@@ -79,6 +79,8 @@ def profile(func: Any = None, columns: ColumnsArg = None, *,
     """
     if func is not None and not callable(func) and not isinstance(func, (staticmethod, classmethod)):
         func, columns = None, func      # @profile(("active_bytes.all.peak",))
+    if device is not None:
+        resolve_devices(device, None)   # a bad device= fails here, not at decoration
 
     def decorate(target: Any) -> Any:
         profiler = _global_profiler(columns, device)
@@ -111,6 +113,8 @@ def profile_every(output_interval: int = 1, enable: bool = True,
     ``line_profiler.save(...)`` writes and the HTML report draws."""
     if output_interval < 1:
         raise ValueError(f"output_interval must be >= 1, not {output_interval}")
+    if device is not None:
+        resolve_devices(device, None)   # a bad device= fails here, not at decoration
 
     def decorate(target: Any) -> Any:
         if not enable:

@@ -9,7 +9,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Optional, Union
 from .. import _postmortem
 from .. import _tracer
 from ._columns import ColumnsArg, normalize_columns, pick_columns
-from ._devices import DeviceArg, add_follower, note_cpu_fallback, resolve_devices
+from ..common.devices import DeviceArg, add_follower, note_cpu_fallback, resolve_devices
 from ._display import ProfileDisplay, untraced_note
 from ._export import export_data, records_dataframe, save_data
 from ._functions import FunctionEntry, compiled_by_dynamo, matches_any, resolve_function

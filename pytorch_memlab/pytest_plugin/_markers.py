@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ._sizes import parse_size
+from ..common.sizes import parse_size
 
 LIMIT = "memlab_limit"
 NO_GROWTH = "memlab_no_growth"

@@ -1,16 +1,20 @@
 """The text of a failed memlab check: the figures, then the line tables with
-the line that matters marked."""
+the line that matters marked.
+
+The figures in the first line are in IEC units (``33.00 MiB (34,603,008
+bytes)``, ``iec_size``), not the line table's ``33.00M``: they are read beside
+the budget or tolerance the user wrote in those units (``"16 MiB"``).  The
+tables below keep the line-table style."""
 from __future__ import annotations
 
 import os
 from typing import Optional, Sequence
 
+from ..common.sizes import iec_size, readable_size
 from ..line_profiler._stats import FunctionRecord, LineRecord
 from ..line_profiler._text import render_text
-from ..line_profiler._units import readable_size
 from ._markers import LIMIT, NO_GROWTH, Request
 from ._measure import PEAK, DeviceResult, record_peak
-from ._sizes import describe
 
 _HEADER_ROWS = 5      # "## name", blank, device row, two heading rows (see _text)
 
@@ -56,10 +60,10 @@ def _size(request: Request) -> str:
 
 
 def limit_failure(request: Request, result: DeviceResult) -> str:
-    head = (f"{LIMIT}: the test's peak on {result.device} was {describe(result.peak)}, "
+    head = (f"{LIMIT}: the test's peak on {result.device} was {iec_size(result.peak)}, "
             f"over its budget of {_size(request)}")
     if result.baseline:
-        head += (f"; that is live tensor memory above the {describe(result.baseline)} "
+        head += (f"; that is live tensor memory above the {iec_size(result.baseline)} "
                  "already live when the test started")
     return head + "\n\n" + "\n".join(_peak_tables(result))
 
@@ -78,7 +82,7 @@ def _growth_lines(records: Sequence[FunctionRecord]) -> list[tuple[int, str]]:
 
 
 def growth_failure(request: Request, result: DeviceResult) -> str:
-    head = (f"{NO_GROWTH}: {describe(result.growth)} of tensors on {result.device} were "
+    head = (f"{NO_GROWTH}: {iec_size(result.growth)} of tensors on {result.device} were "
             f"still alive after the test returned (and gc.collect()), over the tolerance of "
             f"{_size(request)}")
     grown = [(g, text) for g, text in _growth_lines(result.test_records + result.callee_records)

@@ -205,7 +205,7 @@ class MemlabRuntime:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.profile_all or self.is_worker:
             return
-        from ..line_profiler._units import readable_size
+        from ..common.sizes import readable_size
         rows = self._ranked()
         what = "all tests" if self.top <= 0 else \
             f"top {len(rows)} test{'' if len(rows) == 1 else 's'}"

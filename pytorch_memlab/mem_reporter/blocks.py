@@ -29,10 +29,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from ..common.devices import cuda_in_use
+
 __all__ = ["BlockRow", "DeviceBlocks", "snapshot_segments", "split_blocks", "start_recording"]
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep   # the package
 DEFAULT_POOL = (0, 0)
 
 
@@ -76,7 +78,7 @@ def start_recording() -> None:
     """Record, for each live block, the Python stack that allocated it."""
     if not torch.cuda.is_available():
         return
-    torch.cuda.init()     # history is switched on per existing device allocator
+    torch.cuda.init()  # type: ignore[no-untyped-call]  # history is switched on per existing device allocator
     torch.cuda.memory._record_memory_history(enabled="state", context="state", stacks="python")
 
 
@@ -138,7 +140,7 @@ def workspace_labels(device_index: int) -> Dict[int, str]:
 
 def snapshot_segments() -> Optional[List[Dict[str, Any]]]:
     """The allocator's segments on every device, or None where CUDA is not in use."""
-    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+    if not cuda_in_use():
         return None
     return list(torch.cuda.memory._snapshot().get("segments", []))
 

@@ -1,0 +1,114 @@
+"""How a byte count is written, and read back from what people type.
+
+One style for every table and message of the package: the line table's
+``40.00K`` / ``2.00M`` (binary units, K = 1024 bytes, two decimals, no space).
+Where the exact figure matters it follows in parentheses:
+``4.00M (4,194,304 bytes)``.
+
+One exception, on purpose: the pytest plugin's failure messages compare a
+figure with a budget the user wrote in ``KiB``/``MiB``/``MB`` (``"16 MiB"``),
+so they state the figure in the same IEC units (``33.00 MiB (34,603,008
+bytes)``), see :func:`iec_size`; the tables under those messages keep the
+line-table style.
+
+No torch here: the pytest plugin parses its markers before torch is loaded.
+"""
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Union
+
+__all__ = ["readable_size", "with_bytes", "iec_size", "parse_size", "format_value",
+           "is_bytes_field", "SIZE_FORMS"]
+
+_SUFFIXES = ("B", "K", "M", "G", "T", "P")
+
+
+def readable_size(num_bytes: Union[int, float]) -> str:
+    """``40960 -> '40.00K'``, ``2097152 -> '2.00M'``, ``0 -> '0.00B'``.
+
+    Binary units (K = 1024 bytes), two decimals, a leading '-' when negative.
+    """
+    sign = "-" if num_bytes < 0 else ""
+    value = float(abs(num_bytes))
+    for suffix in _SUFFIXES[:-1]:
+        if value < 1024:
+            return f"{sign}{value:.2f}{suffix}"
+        value /= 1024
+    return f"{sign}{value:.2f}{_SUFFIXES[-1]}"
+
+
+def with_bytes(num_bytes: int) -> str:
+    """``4194304 -> '4.00M (4,194,304 bytes)'``: readable, then exact."""
+    return f"{readable_size(num_bytes)} ({num_bytes:,} bytes)"
+
+
+def iec_size(num_bytes: int) -> str:
+    """``3145728 -> '3.00 MiB (3,145,728 bytes)'``, ``24 -> '24 B'``.
+
+    Only for the pytest plugin's messages, which set a figure beside a budget
+    written by the user in IEC units (see the module's docstring).
+    """
+    value = float(num_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            break
+        value /= 1024
+    if unit == "B":
+        return f"{num_bytes} B"
+    return f"{value:.2f} {unit} ({num_bytes:,} bytes)"
+
+
+# ---------------------------------------------------------------- reading
+
+_UNITS = {
+    "b": 1,
+    "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3,
+    "kib": 1024, "mib": 1024 ** 2, "gib": 1024 ** 3,
+}
+SIZE_FORMS = ("an int (bytes) or a string like '512 B', '64 KB', '64 KiB', '1.5 MB', "
+              "'1.5 MiB', '2 GB' or '2 GiB' (KB/MB/GB = 1000**n bytes, KiB/MiB/GiB = 1024**n)")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]+)\s*$")
+
+
+def parse_size(value: object, what: str) -> int:
+    """Bytes in ``value`` ("64 MiB", "1.5 GB", 4096); TypeError/ValueError
+    naming ``what`` and the forms accepted.
+
+    KB, MB and GB are decimal (SI and IEC), KiB, MiB and GiB binary; units
+    match without regard to case.  A bare number in a string is refused as
+    ambiguous, while an int is a count of bytes.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"{what}: expected {SIZE_FORMS}, not {type(value).__name__} {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"{what}: {value} is negative; expected {SIZE_FORMS}")
+        return value
+    match = _SIZE.match(value)
+    if match is None:
+        raise ValueError(f"{what}: {value!r} is not a size; expected {SIZE_FORMS}")
+    number, unit = match.groups()
+    factor = _UNITS.get(unit.lower())
+    if factor is None:
+        raise ValueError(f"{what}: unknown unit {unit!r} in {value!r}; expected {SIZE_FORMS}")
+    try:
+        size = Decimal(number) * factor
+    except InvalidOperation as exc:   # pragma: no cover - the regex admits only decimals
+        raise ValueError(f"{what}: {value!r} is not a size; expected {SIZE_FORMS}") from exc
+    if size != size.to_integral_value():
+        raise ValueError(f"{what}: {value!r} is not a whole number of bytes ({size} B)")
+    return int(size)
+
+
+# ---------------------------------------------------------------- table cells
+
+def is_bytes_field(field: str) -> bool:
+    """Does this memory_stats() field count bytes (rather than blocks or events)?"""
+    return "bytes" in field.split(".", 1)[0] or field == "max_split_size"
+
+
+def format_value(field: str, value: int) -> str:
+    """A line-table cell: a size for byte fields, a plain integer else."""
+    return readable_size(value) if is_bytes_field(field) else str(value)

@@ -1,0 +1,38 @@
+"""MemReporter: which tensors hold the memory right now.
+
+A report lists tensors found from four sources, in this order:
+
+1. the model's parameters (each followed by its ``.grad``) and buffers,
+2. the state of every optimizer given to :meth:`MemReporter.add_optimizer`,
+3. the ``outputs=`` tensors, then the tensors their autograd graph saved for
+   backward (``AddmmBackward0.mat1``),
+4. every other tensor the garbage collector knows of, numbered per type
+   (``Tensor0``, ``Parameter0``, ...), each followed by its ``.grad``.
+
+On a CUDA device, the allocator's own blocks (``torch.cuda.memory._snapshot()``) are
+matched against the storages found: every other active block is listed with its size,
+stream and, where it can be known, what it is (see ``blocks``), so that the blocks
+add up to ``torch.cuda.memory_allocated()`` exactly.
+
+Rows are then grouped per device (cpu, cuda:0, cuda:1, ...) and, within a
+device, per storage in the order storages were first met.
+
+Bytes are exact: each storage (``untyped_storage().nbytes()``) is charged once,
+to the first row that uses it; later rows on the same storage (views, tied
+weights, a saved tensor that is a parameter) cost 0 bytes and name their owner
+as ``name(->owner)`` in verbose mode.
+
+The reporter holds only weak references to the model and optimizers, and a
+report holds no tensor: strong references live only while ``report()`` runs.
+
+The package, one file per concern: ``reporter`` (MemReporter: what to name, the
+walk, the report), ``collect`` (tensors into rows, storages charged once),
+``rows`` (TensorRow, DeviceTotal, MemReport), ``text`` (the printed table),
+``allocator`` (per-device totals against ``torch.cuda.memory_allocated``) and
+``blocks`` (the caching allocator's blocks).
+"""
+from .blocks import BlockRow
+from .reporter import MemReporter
+from .rows import DeviceTotal, MemReport, TensorRow
+
+__all__ = ["MemReporter", "MemReport", "TensorRow", "DeviceTotal", "BlockRow"]

@@ -1,0 +1,261 @@
+"""Turning the tensors a report finds into rows: named ones first (the model,
+the optimizers, ``outputs=`` and what their autograd graph saved), then every
+other live tensor; each storage charged once, to its first row."""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable, Dict, Iterator, List, Set, Tuple
+
+import torch
+
+from ..common.tensors import StorageKey, grad_of, is_tensor, live_tensors, storage_of
+from .rows import TensorRow
+
+# Components of each sparse layout, as (row suffix, accessor).
+_Part = Tuple[str, Callable[[torch.Tensor], torch.Tensor]]
+_COMPRESSED_ROWS: Tuple[_Part, ...] = (("crow_indices", lambda t: t.crow_indices()),
+                                       ("col_indices", lambda t: t.col_indices()),
+                                       ("values", lambda t: t.values()))
+_COMPRESSED_COLS: Tuple[_Part, ...] = (("ccol_indices", lambda t: t.ccol_indices()),
+                                       ("row_indices", lambda t: t.row_indices()),
+                                       ("values", lambda t: t.values()))
+_SPARSE_PARTS: Dict[torch.layout, Tuple[_Part, ...]] = {
+    torch.sparse_coo: (("indices", lambda t: t._indices()), ("values", lambda t: t._values())),
+    torch.sparse_csr: _COMPRESSED_ROWS, torch.sparse_bsr: _COMPRESSED_ROWS,
+    torch.sparse_csc: _COMPRESSED_COLS, torch.sparse_bsc: _COMPRESSED_COLS,
+}
+
+
+def _shape_of(t: torch.Tensor) -> Tuple[int, ...]:
+    """t's shape; -1 marks a ragged dimension of a nested tensor (strided nested
+    tensors have no ``shape`` at all, jagged ones a symbolic size)."""
+    if t.is_nested and t.layout == torch.strided:
+        sizes = t._nested_tensor_size().tolist()
+        inner = [col[0] if len(set(col)) == 1 else -1 for col in zip(*sizes)]
+        return (len(sizes), *inner) if sizes else (0,)
+    out = []
+    for s in t.shape:
+        try:
+            out.append(int(s))
+        except Exception:   # a jagged dimension (SymInt)
+            out.append(-1)
+    return tuple(out)
+
+
+class Collector:
+    """Turns tensors into rows; holds strong references only until release()."""
+
+    def __init__(self) -> None:
+        self.rows: List[TensorRow] = []
+        self.skipped = 0
+        self._keep: List[object] = []            # Owned: keeps every id() below valid.
+        self._seen: Set[int] = set()             # id() of tensor objects already listed
+        self.storages: Dict[StorageKey, Tuple[int, str]] = {}   # key -> (storage id, owner name)
+        self._sort: List[Tuple[float, int]] = []   # per row: (storage order, row order)
+        self._type_count: Dict[str, int] = {}
+
+    def release(self) -> None:
+        self._keep.clear()
+        self._seen.clear()
+
+    def kept_tensors(self) -> Iterator[torch.Tensor]:
+        for obj in self._keep:
+            if is_tensor(obj):
+                yield obj  # type: ignore[misc]
+            elif isinstance(obj, list):
+                yield from (o for o in obj if is_tensor(o))
+
+    def storage_ptrs(self) -> Dict[str, List[int]]:
+        """Addresses of the storages found, per device."""
+        out: Dict[str, List[int]] = {}
+        for device, ptr in self.storages:
+            if device != "impl":
+                out.setdefault(device, []).append(ptr)
+        return out
+
+    def seen(self, t: object) -> bool:
+        return id(t) in self._seen
+
+    def hold(self, obj: object) -> None:
+        self._keep.append(obj)
+
+    def anonymous_name(self, t: torch.Tensor) -> str:
+        kind = type(t).__name__
+        n = self._type_count.get(kind, 0)
+        self._type_count[kind] = n + 1
+        return f"{kind}{n}"
+
+    def add(self, t: torch.Tensor, name: str, kind: str, repeat: bool = False) -> None:
+        """List t (then its .grad). repeat=True lists an already seen object again under a
+        second name (tied weights), without its grad."""
+        if id(t) in self._seen:
+            if repeat:
+                self._rows_for(t, name, kind)
+            return
+        self._seen.add(id(t))
+        self._keep.append(t)
+        self._rows_for(t, name, kind)
+        grad = grad_of(t)
+        if grad is not None:
+            self.add(grad, f"{name}.grad", "grad")
+
+    def _rows_for(self, t: torch.Tensor, name: str, kind: str) -> None:
+        try:
+            parts = _SPARSE_PARTS.get(t.layout)
+            if parts is None:
+                self._row(t, name, kind)
+                return
+            for suffix, get in parts:
+                part = get(t)
+                self._keep.append(part)
+                self._seen.add(id(part))
+                self._row(part, f"{name}.{suffix}", kind)
+        except Exception:
+            self.skipped += 1
+
+    def _row(self, t: torch.Tensor, name: str, kind: str) -> None:
+        device = str(t.device)
+        dtype = str(t.dtype).replace("torch.", "")
+        shape = _shape_of(t)
+        numel = int(t.numel())
+        found = storage_of(t)
+        order = len(self.rows)
+        if found is None:
+            row = TensorRow(name, device, dtype, shape, numel, 0, 0, None, kind)
+            self._sort.append((len(self.storages) - 0.5, order))   # after the last storage
+        else:
+            key, nbytes = found
+            owner = self.storages.get(key)
+            if owner is None:
+                sid = len(self.storages)
+                self.storages[key] = (sid, name)
+                row = TensorRow(name, device, dtype, shape, numel, nbytes, nbytes, sid, kind)
+            else:
+                sid, owner_name = owner
+                row = TensorRow(name, device, dtype, shape, numel, 0, nbytes, sid, kind,
+                                alias_of=owner_name)
+            self._sort.append((sid, order))
+        self.rows.append(row)
+
+    def sorted_rows(self) -> List[TensorRow]:
+        """Rows per device (cpu, then cuda by index, then the rest), then per storage."""
+        def key(i: int) -> Tuple[Any, ...]:
+            dev = torch.device(self.rows[i].device)
+            return (dev.type != "cpu", dev.type, -1 if dev.index is None else dev.index,
+                    self._sort[i])
+        return [self.rows[i] for i in sorted(range(len(self.rows)), key=key)]
+
+
+def iter_outputs(outputs: Any) -> Iterator[torch.Tensor]:
+    """Tensors in a tensor / list / tuple / dict nest (e.g. a loss, or a model's outputs)."""
+    stack = [outputs]
+    while stack:
+        item = stack.pop()
+        if is_tensor(item):
+            yield item
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        elif item is not None:
+            raise TypeError(f"outputs= takes a tensor or a list/tuple/dict of tensors "
+                            f"(e.g. the loss), got {type(item).__name__}")
+
+
+def _saved_attrs(node: Any) -> List[str]:
+    """Attributes of an autograd node that hold what it saved for backward."""
+    if hasattr(node, "_forward_cls"):      # a custom autograd.Function: its ctx
+        try:
+            return ["saved_tensors"] + list(vars(node))
+        except TypeError:
+            return ["saved_tensors"]
+    return [a for a in dir(node) if a.startswith("_saved_")]
+
+
+def _add_saved(col: Collector, node: Any, label: str) -> None:
+    for attr in _saved_attrs(node):
+        try:
+            value = getattr(node, attr)
+        except RuntimeError:
+            # freed by backward() (no memory left), or modified in place since (then the
+            # storage belongs to a live tensor found elsewhere)
+            continue
+        except Exception:
+            col.skipped += 1
+            continue
+        short = attr[len("_saved_"):] if attr.startswith("_saved_") else attr
+        if is_tensor(value):
+            col.add(value, f"{label}.{short}", "saved")
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                if is_tensor(item):
+                    col.add(item, f"{label}.{short}[{i}]", "saved")
+
+
+def walk_graph(col: Collector, tensors: List[torch.Tensor]) -> None:
+    """Lists the outputs (``output``, ``output[i]``), then the tensors saved by every
+    node reachable from their grad_fn, breadth first, as ``NodeName.attr``; the k-th
+    further node of one type is ``NodeName[k]``."""
+    for i, t in enumerate(tensors):
+        col.add(t, "output" if len(tensors) == 1 else f"output[{i}]", "output")
+    queue = deque(t.grad_fn for t in tensors if t.grad_fn is not None)
+    visited: Set[int] = set()
+    per_type: Dict[str, int] = {}
+    while queue:
+        node = queue.popleft()
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        col.hold(node)                   # keeps id(node) unique until release()
+        try:
+            base = node.name()
+        except Exception:
+            base = type(node).__name__
+        n = per_type.get(base, 0)
+        per_type[base] = n + 1
+        _add_saved(col, node, base if n == 0 else f"{base}[{n}]")
+        try:
+            queue.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
+        except Exception:
+            col.skipped += 1
+
+
+def walk_gc(col: Collector) -> None:
+    """Every other tensor Python can see; a tensor that is another's .grad is listed
+    under that owner's name."""
+    tensors = live_tensors()
+    col.hold(tensors)
+    grad_ids = set()
+    for t in tensors:
+        grad = grad_of(t)
+        if grad is not None:
+            col.hold(grad)
+            grad_ids.add(id(grad))
+    for t in tensors:
+        if not col.seen(t) and id(t) not in grad_ids:
+            col.add(t, col.anonymous_name(t), "tensor")
+    for t in tensors:                     # grads whose owner was never listed (cycles)
+        if not col.seen(t):
+            col.add(t, col.anonymous_name(t), "tensor")
+
+
+def graph_ptrs(col: Collector) -> Dict[Tuple[str, int], str]:
+    """(device, address) -> name of the storages saved for backward by the
+    graphs behind the tensors found (outputs= not given)."""
+    roots = []
+    for t in col.kept_tensors():
+        try:
+            if t.grad_fn is not None:
+                roots.append(t)
+        except Exception:
+            continue
+    ghost = Collector()
+    try:
+        walk_graph(ghost, roots)
+        out: Dict[Tuple[str, int], str] = {}
+        for (device, ptr), (_, name) in ghost.storages.items():
+            if device != "impl":
+                out[(device, ptr)] = name
+        return out
+    finally:
+        ghost.release()
