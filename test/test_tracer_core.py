@@ -9,6 +9,7 @@ import textwrap
 import threading
 
 import pytest
+from helpers import ContinueDebugger, threads_at_reused_addresses
 
 from pytorch_memlab import _tracer
 
@@ -161,3 +162,39 @@ def test_guard_is_per_thread():
         t.disable()
     counts = {line: rec[0] for line, rec in t.stats()[simple.__code__].items()}
     assert counts[simple.__code__.co_firstlineno + 1] == 2
+
+
+# ---- thread identity ------------------------------------------------------------
+
+def visited(n, debug):
+    _tracer.manual_alloc(n)  # alloc
+    _tracer.manual_alloc(-n)  # free
+    if debug:
+        ContinueDebugger().set_trace()  # debugger
+    return n  # done
+
+
+def test_thread_state_address_reuse_gets_fresh_stack():
+    # settrace mechanism: a debugger that takes a worker thread inside a
+    # profiled call (and then continues) hides that call's return, so its
+    # frame stays open until disable().  CPython reuses a finished thread's
+    # PyThreadState memory for a later thread; stacks keyed by that address
+    # handed the open frame to the new thread, whose every interval was then
+    # folded into the debugger's line too.  (sys.monitoring sees the return
+    # whatever bdb does: there the figures must simply be the same.)
+    first = visited.__code__.co_firstlineno
+    _tracer.manual_reset()
+    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.allocated", "bytes.peak"])
+    t.add_code(visited.__code__)
+    t.enable()
+    try:
+        runs, plain = threads_at_reused_addresses(lambda: visited(1000, True),
+                                                  lambda: visited(5000, False))
+    finally:
+        t.disable()
+    debugged = runs - plain
+    lines = t.stats()[visited.__code__]
+    assert lines[first + 1] == (runs, 0, (1000 * debugged + 5000 * plain, 5000))
+    # the debugger's line allocated nothing: the later threads' bytes are theirs
+    count, _, (allocated, _) = lines[first + 4]
+    assert (count, allocated) == (debugged, 0)
