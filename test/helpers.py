@@ -7,6 +7,8 @@ import sys
 import textwrap
 import threading
 
+import pytest
+
 
 def line_of(func, text):
     """Line number of the first source line of func containing text."""
@@ -62,5 +64,8 @@ def threads_at_reused_addresses(debugged_call, plain_call, wanted=2, limit=50):
         thread.start()
         thread.join()
         runs += 1
+    if len(reused) < wanted and hasattr(ctypes.CDLL(None), "__asan_init"):
+        pytest.skip("under AddressSanitizer freed memory is held back, so no thread gets a "
+                    "finished thread's PyThreadState address: nothing to witness")
     assert len(reused) >= wanted, "no thread got a finished thread's PyThreadState address"
     return runs, len(reused)
