@@ -1,8 +1,13 @@
 """Helpers shared by the test modules (pytest puts test/ on sys.path)."""
+import bdb
+import ctypes
 import inspect
 import subprocess
 import sys
 import textwrap
+import threading
+
+import pytest
 
 
 def line_of(func, text):
@@ -23,3 +28,44 @@ def run_script(tmp_path, source, expect_rc=0, env=None, timeout=300):
                           timeout=timeout, env=env)
     assert proc.returncode == expect_rc, proc.stderr
     return proc.stdout, proc.stderr
+
+
+class ContinueDebugger(bdb.Bdb):
+    """A debugger that stops once and continues, as pdb's "continue" does:
+    with no breakpoint set, it calls sys.settrace(None)."""
+
+    def user_line(self, frame):
+        self.set_continue()
+
+
+_thread_state = ctypes.pythonapi.PyThreadState_Get
+_thread_state.restype = ctypes.c_void_p
+
+
+def threads_at_reused_addresses(debugged_call, plain_call, wanted=2, limit=50):
+    """Start threads one after another until `wanted` of them got the
+    PyThreadState address of an earlier thread that ran debugged_call (CPython
+    reuses that memory, though not always at once): those run plain_call, the
+    others debugged_call.  Returns (threads run, threads at a reused address)."""
+    debugged, reused = set(), []
+
+    def worker():
+        state = _thread_state()
+        if state in debugged:
+            reused.append(state)
+            plain_call()
+        else:
+            debugged.add(state)
+            debugged_call()
+
+    runs = 0
+    while runs < limit and len(reused) < wanted:
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+        runs += 1
+    if len(reused) < wanted and hasattr(ctypes.CDLL(None), "__asan_init"):
+        pytest.skip("under AddressSanitizer freed memory is held back, so no thread gets a "
+                    "finished thread's PyThreadState address: nothing to witness")
+    assert len(reused) >= wanted, "no thread got a finished thread's PyThreadState address"
+    return runs, len(reused)

@@ -13,7 +13,8 @@ import textwrap
 import threading
 
 import pytest
-from helpers import line_of, run_script  # noqa: E402
+from helpers import (ContinueDebugger, line_of, run_script,  # noqa: E402
+                     threads_at_reused_addresses)
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("pytorch_memlab._torchshim")
@@ -202,6 +203,32 @@ def test_thread_started_before_enable(prof_factory):
         done.wait(30)
     t.join()
     assert row(prof, one_mib, "# 1 MiB")["count"] == 1
+
+
+def maybe_debugged(n, debug):
+    x = torch.empty(n, dtype=torch.uint8)  # alloc
+    del x  # free
+    if debug:
+        ContinueDebugger().set_trace()  # debugger
+    return n  # done
+
+
+def test_later_thread_at_a_finished_threads_address(prof_factory):
+    # With settrace, a debugger that takes a worker inside a profiled call
+    # hides its return; the frame stays open until disable().  A later thread
+    # often gets the finished one's PyThreadState address: it must not
+    # continue that frame (its bytes were charged to the debugger's line).
+    cols = ["active_bytes.all.allocated", "allocation.all.allocated"]
+    prof = prof_factory(maybe_debugged, columns=cols)
+    with prof:
+        runs, plain = threads_at_reused_addresses(lambda: maybe_debugged(MiB, True),
+                                                  lambda: maybe_debugged(4 * MiB, False))
+    debugged = runs - plain
+    alloc = row(prof, maybe_debugged, "# alloc")
+    assert (alloc["count"], alloc[cols[0]], alloc[cols[1]]) == (
+        runs, (debugged + 4 * plain) * MiB, runs)
+    line = row(prof, maybe_debugged, "# debugger")
+    assert (line["count"], line[cols[0]], line[cols[1]]) == (debugged, 0, 0)
 
 
 # ---- what can be profiled --------------------------------------------------------

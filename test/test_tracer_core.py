@@ -9,6 +9,7 @@ import textwrap
 import threading
 
 import pytest
+from helpers import ContinueDebugger, threads_at_reused_addresses
 
 from pytorch_memlab import _tracer
 
@@ -109,23 +110,60 @@ def test_device_index_is_not_truncated():
     assert t.device == 0
 
 
+def plain():
+    y = 2
+    return y
+
+
 @pytest.mark.skipif(not MONITORING, reason="sys.monitoring mechanism only")
-def test_unhashable_code_error_is_reported_at_disable():
-    # set membership that fails is an error, not "absent"
+@pytest.mark.parametrize("weird_first", [False, True], ids=["weird-last", "weird-first"])
+def test_unhashable_code_error_is_reported_at_disable(weird_first):
+    # set membership that fails is an error, not "absent".  Registered last,
+    # disable() used to return with the error set (SystemError); registered
+    # first, disable() went on to the next code with the error still set, and
+    # the calls made for that code lost it: disable() reported nothing.
     weird = simple.__code__.replace(co_consts=simple.__code__.co_consts + ([],))
     t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
     other = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
     t.enable()
     other.enable()
     try:
+        if not weird_first:
+            t.add_code(plain.__code__)
         with pytest.raises(TypeError):
             t.add_code(weird)
-        with pytest.raises(TypeError):
-            t.disable()                  # was: SystemError (result with an error set)
+        if weird_first:
+            t.add_code(plain.__code__)
+        with pytest.raises(TypeError, match="unhashable"):
+            t.disable()
         assert not t.enabled
     finally:
         other.disable()
         t.disable()
+
+
+def test_disable_when_sys_gettrace_fails(monkeypatch):
+    # settrace: disable() used to ask sys.gettrace() whether its hook was
+    # still in place; when that raised, it went on with the error set to
+    # import threading and take its thread hook back: SystemError (__import__
+    # "returned a result with an exception set"), and threading's hook was
+    # left behind.  The hook is now found in the thread state.
+    prior_trace, prior_thread_hook = sys.gettrace(), threading._trace_hook
+    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    t.add_code(simple.__code__)
+    t.enable()
+    simple()
+
+    def failing_gettrace():
+        raise RuntimeError("a tool's sys.gettrace wrapper failed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(sys, "gettrace", failing_gettrace)
+        t.disable()
+    assert not t.enabled
+    assert threading._trace_hook is prior_thread_hook
+    assert sys.gettrace() is prior_trace
+    assert t.stats()[simple.__code__][simple.__code__.co_firstlineno + 1][0] == 1
 
 
 def test_guard_is_per_thread():
@@ -161,3 +199,39 @@ def test_guard_is_per_thread():
         t.disable()
     counts = {line: rec[0] for line, rec in t.stats()[simple.__code__].items()}
     assert counts[simple.__code__.co_firstlineno + 1] == 2
+
+
+# ---- thread identity ------------------------------------------------------------
+
+def visited(n, debug):
+    _tracer.manual_alloc(n)  # alloc
+    _tracer.manual_alloc(-n)  # free
+    if debug:
+        ContinueDebugger().set_trace()  # debugger
+    return n  # done
+
+
+def test_thread_state_address_reuse_gets_fresh_stack():
+    # settrace mechanism: a debugger that takes a worker thread inside a
+    # profiled call (and then continues) hides that call's return, so its
+    # frame stays open until disable().  CPython reuses a finished thread's
+    # PyThreadState memory for a later thread; stacks keyed by that address
+    # handed the open frame to the new thread, whose every interval was then
+    # folded into the debugger's line too.  (sys.monitoring sees the return
+    # whatever bdb does: there the figures must simply be the same.)
+    first = visited.__code__.co_firstlineno
+    _tracer.manual_reset()
+    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.allocated", "bytes.peak"])
+    t.add_code(visited.__code__)
+    t.enable()
+    try:
+        runs, plain = threads_at_reused_addresses(lambda: visited(1000, True),
+                                                  lambda: visited(5000, False))
+    finally:
+        t.disable()
+    debugged = runs - plain
+    lines = t.stats()[visited.__code__]
+    assert lines[first + 1] == (runs, 0, (1000 * debugged + 5000 * plain, 5000))
+    # the debugger's line allocated nothing: the later threads' bytes are theirs
+    count, _, (allocated, _) = lines[first + 4]
+    assert (count, allocated) == (debugged, 0)
