@@ -14,13 +14,15 @@ summary=()
 if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/calmsize*.whl $(ls .whl/line_profiler*.whl 2>/dev/null)
     rm -rf /tmp/old && mkdir -p /tmp/old && (cd /tmp/old && python3 -m zipfile -e "$OLDPWD"/.whl/pytorch_memlab-*.whl . \
-        && mv pytorch_memlab old_pytorch_memlab)
+        && mv pytorch_memlab old_pytorch_memlab && rm -rf pytorch_memlab-*.dist-info)
     # IPython, ipykernel, nbclient and their needs, for the magics and notebook
     if ls .whl/nb/*.whl >/dev/null 2>&1; then
         python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/nb/*.whl
     fi
     export PYTHONPATH=/tmp/site:/tmp/old
 fi
+# (the old wheel's dist-info is dropped above: first on PYTHONPATH, it would
+# shadow this checkout's metadata, its pytest11 entry point and install kind)
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])"
