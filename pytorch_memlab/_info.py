@@ -21,7 +21,7 @@ def info() -> dict[str, Any]:
     import torch
 
     from pytorch_memlab import _tracer
-    from pytorch_memlab.line_profiler._columns import DEFAULT_COLUMNS, GROWTH_FIELD
+    from pytorch_memlab.line_profiler.columns import DEFAULT_COLUMNS, GROWTH_FIELD
     shim, error = _sources._load_shim()
     result: dict[str, Any] = {
         "torch": torch.__version__,

@@ -339,9 +339,9 @@ def attach(records: List[Any], found: Optional[Tuple[types.CodeType, Dict[str, A
     if found is not None:
         code, pm = found
         for record in records:
-            if (record["filename"] == code.co_filename
-                    and record["first_line"] == code.co_firstlineno):
-                record["postmortem"] = pm
+            if (record.filename == code.co_filename
+                    and record.first_line == code.co_firstlineno):
+                record.postmortem = pm
     return records
 
 

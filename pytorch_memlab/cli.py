@@ -370,9 +370,10 @@ def _report(profiler: Any, program: Program, status: int, args: argparse.Namespa
     profiler.print_stats()
     if args.output is None and args.html is None:
         return
-    data = _document(profiler, program, status)
-    from .line_profiler._export import save_data
-    for path, write in ((args.output, save_data), (args.html, _write_html)):
+    from .records.document import from_document
+    from .records.saved import save
+    data = from_document(_document(profiler, program, status), "the profile")
+    for path, write in ((args.output, save), (args.html, _write_html)):
         if path is None:
             continue
         try:
@@ -383,7 +384,7 @@ def _report(profiler: Any, program: Program, status: int, args: argparse.Namespa
             print(f"pytorch_memlab: wrote {path}", file=sys.stderr)
 
 
-def _write_html(data: dict[str, Any], path: str) -> None:
+def _write_html(data: Any, path: str) -> None:
     from .html_report import write_report
     write_report(data, path)
 

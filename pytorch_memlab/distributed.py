@@ -69,12 +69,12 @@ def rank_path(out_dir: str, rank: int) -> str:
 
 def write_rank_file(doc: dict[str, Any], out_dir: str) -> str:
     """Write this rank's document to ``out_dir/rank<R>.json`` atomically."""
-    from .line_profiler._export import dumps_json
+    from .records.json_file import dumps
     os.makedirs(out_dir, exist_ok=True)
     path = rank_path(out_dir, doc["rank"]["rank"])
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as out:
-        out.write(dumps_json(doc))
+        out.write(dumps(doc))
     os.replace(tmp, path)
     return path
 
@@ -83,7 +83,7 @@ def read_rank_dir(out_dir: str, run_id: Optional[str] = None) -> list[dict[str, 
     """The rank documents in ``out_dir`` (only this ``run_id``'s, if given)."""
     import json
 
-    from .line_profiler._export import check_data
+    from .records.document import from_document
     if not os.path.isdir(out_dir):
         raise OSError(f"{out_dir}: no such folder")
     docs = []
@@ -92,7 +92,8 @@ def read_rank_dir(out_dir: str, run_id: Optional[str] = None) -> list[dict[str, 
             continue
         with open(path, encoding="utf-8") as f:
             try:
-                doc = check_data(json.load(f), path)
+                doc = json.load(f)
+                from_document(doc, path)   # checks it
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path} is not JSON ({exc})") from None
         if not isinstance(doc.get("rank"), dict):
@@ -106,7 +107,7 @@ def read_rank_dir(out_dir: str, run_id: Optional[str] = None) -> list[dict[str, 
 
 def merged_text(docs: list[dict[str, Any]], out_dir: Optional[str] = None,
                 world_size: Optional[int] = None) -> str:
-    from .line_profiler._ranks import merge, render_ranks_text
+    from .reports.rank_table import merge, render_ranks_text
     where = out_dir or "the output folder"
     present = {d["rank"]["rank"] for d in docs}
     size = max([world_size or 0] + [int(d["rank"].get("world_size") or 0) for d in docs])

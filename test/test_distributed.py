@@ -174,7 +174,7 @@ def test_a_rank_killed_hard_is_named_missing(tmp_path):
 
 def test_past_four_ranks_min_max_and_the_rank_with_the_max(tmp_path):
     from pytorch_memlab import LineProfiler
-    from pytorch_memlab.line_profiler._ranks import merge, render_ranks_text
+    from pytorch_memlab.reports.rank_table import merge, render_ranks_text
 
     def step(n):
         x = torch.zeros(n, dtype=torch.uint8)

@@ -161,6 +161,71 @@ def test_load_rejects_other_files(tmp_path):
         load(tmp_path / "other.csv")
 
 
+def _document(**changes):
+    """A valid one-function, one-line document with ``changes`` applied."""
+    line = {"lineno": 3, "code": "x = 1", "count": 1, "net_growth": 0,
+            "active_bytes.all.peak": 8, "raised": None}
+    function = {"qualname": "f", "filename": "f.py", "first_line": 2, "device": "cpu",
+                "columns": ["active_bytes.all.peak"], "lines": [line]}
+    doc = {"format": "pytorch_memlab.line_profile", "schema_version": 1,
+           "columns": ["active_bytes.all.peak"], "functions": [function], "timeline": []}
+    for where, value in changes.items():
+        target = {"doc": doc, "function": function, "line": line}[where.split("__")[0]]
+        key = where.split("__")[1]
+        if value is KeyError:
+            del target[key]
+        else:
+            target[key] = value
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"doc__functions": None}, r"the document: 'functions' is null; expected a list"),
+    ({"function__lines": "x"}, r"functions\[0\]: 'lines' is a str .*expected a list"),
+    ({"function__first_line": "2"}, r"functions\[0\]: 'first_line' is a str"),
+    ({"line__count": KeyError}, r"functions\[0\]\.lines\[0\]: 'count' is missing"),
+    ({"line__code": KeyError}, r"functions\[0\]\.lines\[0\]: 'code' is missing"),
+    ({"line__active_bytes.all.peak": "8"},
+     r"lines\[0\]: 'active_bytes.all.peak' is a str .*expected an integer or null"),
+    ({"doc__timeline": [{"call": 1}]}, r"timeline\[0\]: 'device' is missing"),
+])
+def test_load_names_file_and_field_of_a_bad_document(tmp_path, changes, message):
+    path = tmp_path / "bad.json"
+    path.write_text(_document(**changes))
+    with pytest.raises(ValueError, match=message) as info:
+        load(path)
+    assert str(info.value).startswith(str(path))
+    assert load(_write(tmp_path / "good.json", _document())).stats()[0]["lines"][0]["count"] == 1
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
+
+
+def test_load_of_binary_garbage_names_the_file(tmp_path):
+    path = tmp_path / "garbage.json"
+    path.write_bytes(b"\xff\xfe\x00\x81 not text")
+    with pytest.raises(ValueError, match="is not a text file") as info:
+        load(path)
+    assert str(path) in str(info.value)
+
+
+def test_load_of_a_bad_csv_number_names_file_and_row(prof, tmp_path):
+    prof.save(tmp_path / "p.csv")
+    rows = (tmp_path / "p.csv").read_text().splitlines()
+    cells = rows[2].split(",")
+    cells[5] = "many"                    # the count of the second line
+    rows[2] = ",".join(cells)
+    (tmp_path / "p.csv").write_text("\n".join(rows) + "\n")
+    with pytest.raises(ValueError, match=r"p\.csv, row 3: count is 'many'; expected an integer"):
+        load(tmp_path / "p.csv")
+    rows[2] = "f,f.py"
+    (tmp_path / "p.csv").write_text("\n".join(rows) + "\n")
+    with pytest.raises(ValueError, match=r"p\.csv, row 3: 2 cells"):
+        load(tmp_path / "p.csv")
+
+
 def test_resaving_a_loaded_profile(prof, tmp_path):
     prof.save(tmp_path / "a.json")
     load(tmp_path / "a.json").save(tmp_path / "b.csv")

@@ -2,6 +2,7 @@
 for profile_every; then opened in headless Chromium (Debian's ``chromium``;
 skipped without it): a screenshot shows the table's bars and the timeline,
 the DOM has the table and sorts, and the console stays silent."""
+import json
 import re
 import shutil
 import struct
@@ -57,8 +58,7 @@ def profile_path(tmp_path_factory):
     data = profiler.to_dict()
     data["functions"] += extra.to_dict()["functions"]
     path = tmp_path_factory.mktemp("report") / "profile.json"
-    from pytorch_memlab.line_profiler._export import save_data
-    save_data(data, path)
+    path.write_text(json.dumps(data), encoding="utf-8")
     return path
 
 

@@ -329,6 +329,13 @@ def test_builtin_is_refused(prof_factory):
         prof_factory(len)
 
 
+def test_partial_is_refused_naming_its_func(prof_factory):
+    import functools
+    with pytest.raises(TypeError, match=r"functools\.partial has no code of its own; profile "
+                                        r"the function it calls \(its \.func\)"):
+        prof_factory(functools.partial(one_mib))
+
+
 # ---- columns ----------------------------------------------------------------------
 
 def test_bad_column_lists_valid_ones():

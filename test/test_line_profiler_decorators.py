@@ -383,8 +383,14 @@ def test_profile_every_disabled_returns_function():
     def step():
         return 1
     assert profile_every(3, enable=False)(step) is step
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"output_interval must be an int >= 1 .*not 0"):
         profile_every(0)
+
+
+@pytest.mark.parametrize("interval", ["2", 2.0, None, True])
+def test_profile_every_refuses_a_non_int_interval(interval):
+    with pytest.raises(TypeError, match=r"profile_every: output_interval must be an int >= 1"):
+        profile_every(interval)
 
 
 def test_profile_every_prints_on_exception(capsys):

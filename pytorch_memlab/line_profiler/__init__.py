@@ -1,9 +1,10 @@
 """The line profiler's Python face over the C tracer (pytorch_memlab._tracer)
 and the memory sources (pytorch_memlab._sources)."""
-from ._columns import DEFAULT_COLUMNS
 from ..common.devices import reset_target_gpu, set_target_gpu, target_gpu
-from ._export import SCHEMA_VERSION, SavedProfile, load
 from ..common.sizes import readable_size
+from ..records.document import SCHEMA_VERSION
+from ..records.saved import SavedProfile, load
+from .columns import DEFAULT_COLUMNS
 from .decorators import clear_global_line_profiler, global_line_profiler, profile, profile_every
 from .profiler import LineProfiler
 

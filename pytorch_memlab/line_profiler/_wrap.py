@@ -13,7 +13,7 @@ import types
 from typing import Any, Callable, Optional
 
 from .. import _tracer
-from ._functions import resolve_function
+from .functions import resolve_function
 from .profiler import LineProfiler
 
 # Runs after each outermost call of a thread, with the exception that escaped.

@@ -13,7 +13,7 @@ import sys
 import threading
 from typing import Any, Callable, Optional
 
-from ._columns import ColumnsArg, normalize_columns
+from .columns import ColumnsArg, normalize_columns
 from ..common.devices import DeviceArg, resolve_devices
 from ._wrap import wrap_any
 from ..distributed import decorator_reporter, rank_device
@@ -111,8 +111,13 @@ def profile_every(output_interval: int = 1, enable: bool = True,
     The decorated function's ``line_profiler`` also records, after every call,
     each device's active and reserved bytes (its ``timeline``), which
     ``line_profiler.save(...)`` writes and the HTML report draws."""
+    if not isinstance(output_interval, int) or isinstance(output_interval, bool):
+        raise TypeError(f"profile_every: output_interval must be an int >= 1 (print every "
+                        f"that many calls), not {type(output_interval).__name__} "
+                        f"{output_interval!r}")
     if output_interval < 1:
-        raise ValueError(f"output_interval must be >= 1, not {output_interval}")
+        raise ValueError(f"profile_every: output_interval must be an int >= 1 (print every "
+                         f"that many calls), not {output_interval}")
     if device is not None:
         resolve_devices(device, None)   # a bad device= fails here, not at decoration
 

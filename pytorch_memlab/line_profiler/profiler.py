@@ -8,14 +8,17 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Optional, Union
 
 from .. import _postmortem
 from .. import _tracer
-from ._columns import ColumnsArg, normalize_columns, pick_columns
 from ..common.devices import DeviceArg, add_follower, note_cpu_fallback, resolve_devices
-from ._display import ProfileDisplay, untraced_note
-from ._export import export_data, records_dataframe, save_data
-from ._functions import FunctionEntry, compiled_by_dynamo, matches_any, resolve_function
-from ._stats import FunctionRecord, Raised, build_records, ran
+from ..records import saved
+from ..records.document import to_document
+from ..records.model import VERSION_KEYS, FunctionRecord, Profile, TimelineRow
+from ..records.select import selects
+from ..reports.display import ProfileDisplay, untraced_note
 from ._timeline import Timeline
 from ._tracerset import TracerSet
+from .columns import ColumnsArg, normalize_columns, pick_columns
+from .functions import FunctionEntry, compiled_by_dynamo, resolve_function
+from .tracer_tables import Raised, build_records
 
 if TYPE_CHECKING:
     import os
@@ -182,7 +185,7 @@ class LineProfiler:
         self._timeline.record(self._tracers.readings())
 
     @property
-    def timeline(self) -> list[dict[str, Any]]:
+    def timeline(self) -> list[TimelineRow]:
         """Memory after each call of a ``profile_every`` function (see
         ``_timeline``); empty for other profilers."""
         return self._timeline.rows()
@@ -240,12 +243,17 @@ class LineProfiler:
 
     # ---- results -----------------------------------------------------------------
 
+    def _selected(self, func: Any) -> list[FunctionEntry]:
+        return [e for e in self._entries if selects(func, e.qualname, e.codes[0].co_filename,
+                                                    e.codes)]
+
     def stats(self, func: Any = None, columns: ColumnsArg = None) -> list[FunctionRecord]:
-        """Plain data, one record per function and device (see ``_stats``)."""
+        """One record per function and device (``records.model``; each reads
+        as the documented dict, ``to_dict()`` gives it)."""
         with self._lock:
             self._refresh_codes()
             shown = pick_columns(columns, self.columns)
-            entries = [e for e in self._entries if matches_any(e, func)]
+            entries = self._selected(func)
             if func is not None and not entries:
                 raise ValueError(f"{func!r} is not a function of this profiler "
                                  f"(registered: {', '.join(e.qualname for e in self._entries)})")
@@ -256,7 +264,7 @@ class LineProfiler:
     def _untraced_notes(self, entries: list[FunctionEntry],
                         records: list[FunctionRecord]) -> list[str]:
         """Why a function that ran, or was compiled, has no traced line."""
-        traced = {(r["filename"], r["first_line"]) for r in records if ran(r)}
+        traced = {(r.filename, r.first_line) for r in records if r.ran}
         notes = []
         for entry in entries:
             code = entry.codes[0]
@@ -272,8 +280,8 @@ class LineProfiler:
         that renders as HTML in notebooks and as text with ``print``/``repr``."""
         records = self.stats(func, columns)
         with self._lock:
-            entries = [e for e in self._entries if matches_any(e, func)]
-            return ProfileDisplay(records, self._untraced_notes(entries, records))
+            notes = self._untraced_notes(self._selected(func), records)
+        return ProfileDisplay(Profile(records, list(self.columns), self.devices, notes=notes))
 
     def print_stats(self, func: Any = None, columns: ColumnsArg = None,
                     stream: Optional[IO[str]] = None) -> None:
@@ -287,14 +295,27 @@ class LineProfiler:
 
     def _export_records(self) -> list[FunctionRecord]:
         records = self.stats()
-        if self._printed is not None and not any(ran(r) for r in records):
+        if self._printed is not None and not any(r.ran for r in records):
             return self._printed
         return records
 
+    def to_profile(self) -> Profile:
+        """Everything ``save`` writes, as one record (``records.model``)."""
+        import platform
+        from datetime import datetime, timezone
+
+        import torch
+
+        from .. import __version__
+        versions = dict(zip(VERSION_KEYS, (__version__, str(torch.__version__),
+                                           platform.python_version())))
+        return Profile(self._export_records(), list(self.columns), self.devices,
+                       self.timeline, versions=versions,
+                       created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
     def to_dict(self) -> dict[str, Any]:
-        """Everything ``save`` writes to JSON (the schema is in ``_export``)."""
-        return export_data(self._export_records(), self.columns, self.devices,
-                           self.timeline)
+        """Everything ``save`` writes to JSON (the schema: ``records.document``)."""
+        return to_document(self.to_profile())
 
     def save(self, path: Union[str, "os.PathLike[str]"], format: Optional[str] = None) -> None:
         """Write every function's figures, all recorded columns, to ``path``:
@@ -303,8 +324,9 @@ class LineProfiler:
         "csv") overrides the extension.  A ``profile_every`` function's
         profiler saves the figures since its last table, or, when no call ran
         since, that table's.  The HTML report: ``pytorch_memlab.html_report``."""
-        save_data(self.to_dict(), path, format)
+        saved.save(self.to_profile(), path, format)
 
     def to_dataframe(self, func: Any = None, columns: ColumnsArg = None) -> "pandas.DataFrame":
         """One row per (function, device, source line); needs pandas."""
-        return records_dataframe(self.stats(func, columns))
+        from ..records.frames import dataframe
+        return dataframe(self.stats(func, columns))

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Optional, Sequence
 import torch
 
 from ..line_profiler import LineProfiler
-from ..line_profiler._stats import FunctionRecord
+from ..records.model import FunctionRecord
 from ..line_profiler._timeline import read_totals
 
 PEAK = "active_bytes.all.peak"

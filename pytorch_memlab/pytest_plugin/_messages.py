@@ -11,17 +11,18 @@ import os
 from typing import Optional, Sequence
 
 from ..common.sizes import iec_size, readable_size
-from ..line_profiler._stats import FunctionRecord, LineRecord
-from ..line_profiler._text import render_text
+from ..records.model import FunctionRecord, LineRecord, Profile
+from ..reports.text import TextReport
 from ._markers import LIMIT, NO_GROWTH, Request
 from ._measure import PEAK, DeviceResult, record_peak
 
-_HEADER_ROWS = 5      # "## name", blank, device row, two heading rows (see _text)
+_HEADER_ROWS = 5      # "## name", blank, device row, two heading rows (see reports.text)
 
 
 def marked_table(record: FunctionRecord, marks: dict[int, str]) -> str:
     """The text table of ``record`` with ``marks[lineno]`` after those lines."""
-    rows = render_text([record]).rstrip("\n").split("\n")
+    rows = TextReport().render(Profile([record], record.columns, [record.device])) \
+        .rstrip("\n").split("\n")
     for k, line in enumerate(record["lines"]):
         note = marks.get(line["lineno"])
         if note and _HEADER_ROWS + k < len(rows):

@@ -1,17 +1,18 @@
-"""The HTML table for notebooks: inline CSS only (bars are gradients), no JS."""
+"""The HTML table a notebook shows: inline CSS only (bars are gradients), no JS."""
 from __future__ import annotations
 
 import html
-from typing import Optional, Sequence
+from typing import Optional
 
 from .._postmortem import format_postmortem
-from ._sections import Section, cell, count_cell, idle_note, raised_note, sections, title
-from ._stats import FunctionRecord
+from ..records.model import Profile
+from .sections import (Section, cell, count_cell, idle_note, raised_note, scales,
+                       sections, title)
 
 # Seaborn's "muted" cycle, as the old tool used.
 COLORS = ("#4878d0", "#ee854a", "#6acc64", "#d65f5f", "#956cb4",
           "#8c613c", "#dc7ec0", "#797979", "#d5bb67", "#82c6e2")
-_SHRINK = "#d65f5f"   # a negative net growth
+SHRINK = "#d65f5f"   # a negative net growth
 
 _TABLE = "border-collapse:collapse;font-family:monospace;font-size:12px"
 _TH = "padding:2px 8px;text-align:right;border-bottom:1px solid #bbb;vertical-align:bottom"
@@ -24,25 +25,12 @@ def _bar(value: Optional[int], scale: int, color: str) -> str:
     if value is None or scale <= 0:
         return ""
     pct = min(100.0, 100.0 * abs(value) / scale)
-    fill = _SHRINK if value < 0 else color
+    fill = SHRINK if value < 0 else color
     return (f"background:linear-gradient(90deg,{fill}99 {pct:.1f}%,"
             f"transparent {pct:.1f}%);")
 
 
-def _scales(shown: Sequence[Section]) -> dict[tuple[str, str], int]:
-    """The largest |figure| per (device, column) over the whole display."""
-    scales: dict[tuple[str, str], int] = {}
-    for section in shown:
-        for record in section.records:
-            for column in section.columns:
-                values = [abs(line[column]) for line in record["lines"]
-                          if line.get(column) is not None]
-                key = (record["device"], column)
-                scales[key] = max([scales.get(key, 0)] + values)
-    return scales
-
-
-def _section(section: Section, scales: dict[tuple[str, str], int]) -> str:
+def _section(section: Section, full: dict[tuple[str, str], int]) -> str:
     columns = section.columns
     head1 = "".join(f'<th colspan="{len(columns)}" style="{_TH};text-align:center">'
                     f"{html.escape(d)}</th>" for d in section.devices)
@@ -54,19 +42,18 @@ def _section(section: Section, scales: dict[tuple[str, str], int]) -> str:
     body = []
     for first, lines in section.rows():
         tds = []
-        for d, line in enumerate(lines):
-            device = section.devices[d]
+        for device, line in zip(section.devices, lines):
             for c, column in enumerate(columns):
-                value = line.get(column)
-                bar = _bar(value, scales.get((device, column), 0), COLORS[c % len(COLORS)])
+                value = line.figure(column)
+                bar = _bar(value, full.get((device, column), 0), COLORS[c % len(COLORS)])
                 tds.append(f'<td style="{_TD};{bar}">{html.escape(cell(column, value))}</td>')
-        note = raised_note(first)
-        code = html.escape(first["code"]) + (
+        note = raised_note(first.raised)
+        code = html.escape(first.code) + (
             f' <b style="color:#b00">{html.escape(note)}</b>' if note else "")
         row_style = f' style="{_RAISED}"' if note else ""
         body.append(f"<tr{row_style}>{''.join(tds)}"
                     f'<td style="{_TD}">{count_cell(first)}</td>'
-                    f'<td style="{_TD}">{first["lineno"]}</td>'
+                    f'<td style="{_TD}">{first.lineno}</td>'
                     f'<td style="{_CODE}">{code}</td></tr>')
     pm = section.postmortem
     after = ("" if pm is None else
@@ -76,12 +63,15 @@ def _section(section: Section, scales: dict[tuple[str, str], int]) -> str:
             f"<tbody>{''.join(body)}</tbody></table>{after}")
 
 
-def render_html(records: Sequence[FunctionRecord]) -> str:
-    shown, idle = sections(records)
-    scales = _scales(shown)
-    parts = [_section(s, scales) for s in shown]
-    note = idle_note(idle, bool(shown))
-    if note:
-        parts.append(f"<p>{html.escape(note)}</p>")
-    return '<div class="pytorch-memlab">' + "\n".join(parts) + "</div>"
+class NotebookReport:
+    """What a notebook shows for ``display()`` (``_repr_html_``)."""
 
+    def render(self, profile: Profile) -> str:
+        shown, idle = sections(profile.functions)
+        full = scales(shown)
+        parts = [_section(s, full) for s in shown]
+        note = idle_note(idle, bool(shown))
+        if note:
+            parts.append(f"<p>{html.escape(note)}</p>")
+        return ('<div class="pytorch-memlab">' + "\n".join(parts) + "</div>"
+                + "".join(f"<p>{html.escape(note)}</p>" for note in profile.notes))

@@ -1,13 +1,10 @@
-"""What ``LineProfiler.display()`` returns: shows itself as HTML in a notebook
-(``_repr_html_``) and as text elsewhere (``__repr__``)."""
+"""What ``display()`` returns: HTML in a notebook (``_repr_html_``), the text
+table elsewhere (``repr``/``print``)."""
 from __future__ import annotations
 
-import html
-from typing import Sequence
-
-from ._html import render_html
-from ._stats import FunctionRecord
-from ._text import render_text
+from ..records.model import Profile
+from .notebook import NotebookReport
+from .text import TextReport
 
 
 def untraced_note(qualname: str, calls: int, compiled: bool) -> str:
@@ -23,18 +20,17 @@ def untraced_note(qualname: str, calls: int, compiled: bool) -> str:
 
 
 class ProfileDisplay:
-    def __init__(self, records: Sequence[FunctionRecord], notes: Sequence[str] = ()) -> None:
-        self.records = list(records)
-        self.notes = list(notes)   # see untraced_note
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+
+    @property
+    def records(self) -> list:   # type: ignore[type-arg]
+        return self.profile.functions
 
     def __repr__(self) -> str:
-        text = render_text(self.records)
-        for note in self.notes:
-            text += note + "\n"
-        return text
+        return TextReport().render(self.profile)
 
     __str__ = __repr__
 
     def _repr_html_(self) -> str:
-        return render_html(self.records) + "".join(
-            f"<p>{html.escape(note)}</p>" for note in self.notes)
+        return NotebookReport().render(self.profile)

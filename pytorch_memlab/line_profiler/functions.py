@@ -2,6 +2,7 @@
 Python function whose code objects we register."""
 from __future__ import annotations
 
+import functools
 import types
 from typing import Any
 
@@ -32,6 +33,10 @@ def resolve_function(obj: Any) -> types.FunctionType:
             obj = obj.__wrapped__
         else:
             break
+    if isinstance(obj, functools.partial):
+        raise TypeError(f"cannot profile {original!r}: a functools.partial has no code of "
+                        "its own; profile the function it calls (its .func) and call the "
+                        "partial as before")
     if not isinstance(obj, types.FunctionType):
         raise TypeError(f"cannot profile {original!r}: it has no Python code "
                         "(pass a function, a method or a torch.nn.Module)")
@@ -97,28 +102,7 @@ class FunctionEntry:
         self.codes.append(code)
         return code
 
-    def matches(self, selector: Any) -> bool:
-        """Is this the function ``selector`` names (a qualname or a callable)?"""
-        if isinstance(selector, str):
-            return self.qualname == selector or self.name == selector
-        try:
-            target = resolve_function(selector)
-        except TypeError:
-            return False
-        # a closure made again matches by its code (see add_function)
-        return target is self.func or target.__code__ in self.codes
-
 
 def code_qualname(code: types.CodeType) -> str:
     """``co_qualname`` (3.11+), else the bare name."""
     return getattr(code, "co_qualname", code.co_name)
-
-
-def matches_any(entry: FunctionEntry, selectors: Any) -> bool:
-    """``selectors`` is None (all), one selector, or a list/tuple of them."""
-    if selectors is None:
-        return True
-    if isinstance(selectors, (list, tuple, set)):
-        return any(entry.matches(s) for s in selectors)
-    return entry.matches(selectors)
-

@@ -3,7 +3,7 @@ a column group per rank, or past ``MAX_RANK_GROUPS`` ranks the min, the max and
 the rank holding the max, then the spread (max - min) of every figure, so a
 rank that allocates more than the others stands out.
 
-Each rank's document is the saved-profile JSON of ``_export`` with a ``rank``
+Each rank's document is the saved-profile JSON of ``records.document`` with a ``rank``
 entry added: ``{"rank": R, "world_size": W, "local_rank": L, "host": ...,
 "run_id": ...}``.
 """
@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from ._sections import GROWTH, cell, raised_note, title
-from ._text import _SEP, _group_row
+from ..records.document import from_document
+from ..records.model import GROWTH, LineRecord
+from .sections import cell, raised_note
+from .text import table
 
 MAX_RANK_GROUPS = 4
 
@@ -25,7 +27,7 @@ class RankedFunction:
     first_line: int
     columns: list[str]
     # lineno -> rank -> line record
-    lines: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    lines: dict[int, dict[int, LineRecord]] = field(default_factory=dict)
     code: dict[int, str] = field(default_factory=dict)
 
 
@@ -63,43 +65,41 @@ def merge(docs: Sequence[dict[str, Any]], world_size: Optional[int] = None,
         doc = by_rank[rank]
         devices[rank] = ", ".join(doc.get("devices") or [])
         status[rank] = (doc.get("run") or {}).get("exit_status")
-        for record in doc["functions"]:
-            key = (record["filename"], record["first_line"], record["qualname"])
-            merged = functions.get(key)
+        for record in from_document(doc, f"rank {rank}'s profile").functions:
+            merged = functions.get(record.key)
             if merged is None:
-                merged = functions[key] = RankedFunction(
-                    record["qualname"], record["filename"], record["first_line"],
-                    list(record["columns"]))
-            for line in record["lines"]:
-                merged.code.setdefault(line["lineno"], line["code"])
-                merged.lines.setdefault(line["lineno"], {})[rank] = line
+                merged = functions[record.key] = RankedFunction(
+                    record.qualname, record.filename, record.first_line, list(record.columns))
+            for line in record.lines:
+                merged.code.setdefault(line.lineno, line.code)
+                merged.lines.setdefault(line.lineno, {})[rank] = line
     return RankedProfile(size, sorted(by_rank), devices, status, list(functions.values()),
                          absent)
 
 
 def _ran(function: RankedFunction) -> bool:
-    return any(line.get("net_growth") is not None
-               for per_rank in function.lines.values() for line in per_rank.values())
+    return any(line.ran for per_rank in function.lines.values() for line in per_rank.values())
 
 
-def _values(per_rank: dict[int, dict[str, Any]], column: str) -> dict[int, int]:
-    return {r: line[column] for r, line in per_rank.items() if line.get(column) is not None}
+def _values(per_rank: dict[int, LineRecord], column: str) -> dict[int, int]:
+    values = {r: line.figure(column) for r, line in per_rank.items()}
+    return {r: v for r, v in values.items() if v is not None}
 
 
-def _count(per_rank: dict[int, dict[str, Any]], ranks: Sequence[int]) -> str:
-    counts = [per_rank[r]["count"] if r in per_rank else 0 for r in ranks]
-    if not any(per_rank.get(r, {}).get("net_growth") is not None for r in ranks):
+def _count(per_rank: dict[int, LineRecord], ranks: Sequence[int]) -> str:
+    counts = [per_rank[r].count if r in per_rank else 0 for r in ranks]
+    if not any(per_rank[r].ran for r in ranks if r in per_rank):
         return ""
     if len(set(counts)) == 1:
         return str(counts[0])
     return "/".join(str(c) for c in counts)
 
 
-def _notes(per_rank: dict[int, dict[str, Any]]) -> str:
+def _notes(per_rank: dict[int, LineRecord]) -> str:
     raised: dict[str, list[str]] = {}
     for rank, line in sorted(per_rank.items()):
-        if line.get("raised"):
-            raised.setdefault(raised_note(line), []).append(str(rank))
+        if line.raised:
+            raised.setdefault(raised_note(line.raised), []).append(str(rank))
     return "   ".join(f"{note} on rank {', '.join(r)}" for note, r in raised.items())
 
 
@@ -116,7 +116,7 @@ def _groups(profile: RankedProfile) -> list[tuple[str, str]]:
     return groups
 
 
-def _figure(kind: str, column: str, per_rank: dict[int, dict[str, Any]]) -> str:
+def _figure(kind: str, column: str, per_rank: dict[int, LineRecord]) -> str:
     values = _values(per_rank, column)
     if kind.isdigit():
         return cell(column, values.get(int(kind)))
@@ -136,28 +136,15 @@ def _function_text(function: RankedFunction, profile: RankedProfile) -> str:
     columns = function.columns + [GROWTH]
     groups = _groups(profile)
     linenos = sorted(function.lines)
-    heads: list[tuple[str, str]] = []
-    bodies: list[list[str]] = []
-    for _, kind in groups:
-        for column in columns:
-            heads.append(title(column))
-            bodies.append([_figure(kind, column, function.lines[n]) for n in linenos])
-    heads += [("count", ""), ("line", "")]
-    bodies.append([_count(function.lines[n], profile.ranks) for n in linenos])
-    bodies.append([str(n) for n in linenos])
-    widths = [max([len(h[0]), len(h[1])] + [len(v) for v in body])
-              for h, body in zip(heads, bodies)]
-    per = len(columns)
-    out = [_SEP.join(_group_row(label, sum(widths[g * per:(g + 1) * per]) + len(_SEP) * (per - 1))
-                     for g, (label, _) in enumerate(groups))]
-    for part in (0, 1):
-        out.append(_SEP.join(h[part].rjust(w) for h, w in zip(heads, widths)) + _SEP
-                   + ("code" if part == 0 else ""))
-    for i, lineno in enumerate(linenos):
+    cells = [[_figure(kind, column, function.lines[n]) for _, kind in groups for column in columns]
+             for n in linenos]
+    code = []
+    for lineno in linenos:
         note = _notes(function.lines[lineno])
-        code = function.code[lineno] + ("   " + note if note else "")
-        out.append(_SEP.join(body[i].rjust(w) for body, w in zip(bodies, widths)) + _SEP + code)
-    return f"## {function.qualname}\n\n" + "\n".join(line.rstrip() for line in out) + "\n"
+        code.append(function.code[lineno] + ("   " + note if note else ""))
+    out = table([label for label, _ in groups], columns, cells,
+                [_count(function.lines[n], profile.ranks) for n in linenos], linenos, code)
+    return f"## {function.qualname}\n\n" + "\n".join(out) + "\n"
 
 
 def summary(profile: RankedProfile) -> str:

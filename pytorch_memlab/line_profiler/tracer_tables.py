@@ -1,0 +1,48 @@
+"""Turns the tracers' tables into records (``records.model``): one per
+function and device, every source line of the function listed.  A line that
+never ran has count 0 and None for every figure; ``raised`` names the
+exception that escaped the profiler through that line."""
+from __future__ import annotations
+
+import types
+from typing import Optional, Sequence
+
+from ..records.model import FunctionRecord, LineRecord
+from ._tracerset import TracerStats
+from .functions import FunctionEntry
+from .source_text import source_lines
+
+Raised = dict[types.CodeType, dict[int, str]]
+
+
+def _lines(code: types.CodeType, table: dict[int, tuple[int, int, tuple[int, ...]]],
+           recorded: Sequence[str], shown: Sequence[str],
+           raised: dict[int, str]) -> list[LineRecord]:
+    position = {name: recorded.index(name) for name in shown}
+    rows: list[LineRecord] = []
+    for lineno, text in source_lines(code, list(table) + list(raised)):
+        figures: Optional[tuple[int, int, tuple[int, ...]]] = table.get(lineno)
+        rows.append(LineRecord(
+            lineno, text, figures[0] if figures else 0, figures[1] if figures else None,
+            {name: figures[2][position[name]] if figures else None for name in shown},
+            raised.get(lineno)))
+    return rows
+
+
+def build_records(entries: Sequence[FunctionEntry], labels: Sequence[str],
+                  per_device: Sequence[TracerStats], recorded: Sequence[str],
+                  shown: Sequence[str], raised: Raised) -> list[FunctionRecord]:
+    """Records for every code object of ``entries``: the current one always,
+    earlier ones (before ``__code__`` was replaced) only if they have figures."""
+    records: list[FunctionRecord] = []
+    for entry in entries:
+        for code in entry.codes:
+            tables = [stats.get(code, {}) for stats in per_device]
+            current = code is entry.current_code
+            if not current and not any(tables) and code not in raised:
+                continue
+            for device, table in zip(labels, tables):
+                records.append(FunctionRecord(
+                    entry.qualname, code.co_filename, code.co_firstlineno, device, list(shown),
+                    _lines(code, table, recorded, shown, raised.get(code, {}))))
+    return records

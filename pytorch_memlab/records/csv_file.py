@@ -1,0 +1,87 @@
+"""The CSV file: one row per source line of every function and device, with
+the header ``qualname, filename, first_line, device, lineno, count,
+net_growth, <columns...>, raised, code``; an empty cell is a null.  It has no
+versions or timeline."""
+from __future__ import annotations
+
+import csv
+import io
+from typing import IO, Any, Optional, Sequence
+
+from .document import RECORD_KEYS, SCHEMA_VERSION
+from .model import GROWTH, FunctionRecord, LineRecord, Profile
+
+_NUMBERS = ("lineno", "count", GROWTH)
+
+
+def header(columns: Sequence[str]) -> list[str]:
+    return list(RECORD_KEYS) + list(_NUMBERS) + list(columns) + ["raised", "code"]
+
+
+def row_values(record: FunctionRecord, line: LineRecord, columns: Sequence[str]) -> list[Any]:
+    """A line's cells under ``header(columns)``, None for an empty one."""
+    return ([record.qualname, record.filename, record.first_line, record.device,
+             line.lineno, line.count, line.net_growth]
+            + [line.figures.get(c) for c in columns] + [line.raised, line.code])
+
+
+def write(profile: Profile, columns: Sequence[str], out: IO[str]) -> None:
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header(columns))
+    for record in profile.functions:
+        for line in record.lines:
+            writer.writerow(["" if v is None else v for v in row_values(record, line, columns)])
+
+
+def _number(text: str, name: str, where: str, row: int) -> Optional[int]:
+    if text == "":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{where}, row {row}: {name} is {text!r}; expected an integer "
+                         "or an empty cell") from None
+
+
+def loads(text: str, where: str) -> Profile:
+    """The profile a CSV text holds; ValueError naming ``where`` and the row."""
+    rows = csv.reader(io.StringIO(text, newline=""))
+    try:
+        head = next(rows, None)
+    except csv.Error as exc:
+        raise ValueError(f"{where}, row 1: {exc}") from None
+    if head is None or head[:len(RECORD_KEYS)] != list(RECORD_KEYS) \
+            or head[-2:] != ["raised", "code"]:
+        raise ValueError(f"{where} is not a pytorch_memlab CSV profile: the header should be "
+                         + ", ".join(header(["<columns...>"])))
+    names = head[len(RECORD_KEYS):-2]
+    columns = names[len(_NUMBERS):]
+    functions: list[FunctionRecord] = []
+    devices: list[str] = []
+    number = 1
+    try:
+        for number, row in enumerate(rows, start=2):
+            if len(row) != len(head):
+                raise ValueError(f"{where}, row {number}: {len(row)} cells; the header has "
+                                 f"{len(head)}")
+            qualname, filename, first, device = row[:4]
+            first_line = _number(first, "first_line", where, number)
+            if first_line is None:
+                raise ValueError(f"{where}, row {number}: first_line is empty; expected an "
+                                 "integer")
+            values = [_number(v, n, where, number) for v, n in zip(row[4:-2], names)]
+            lineno, count = values[0], values[1]
+            if lineno is None or count is None:
+                raise ValueError(f"{where}, row {number}: lineno and count must be integers")
+            key = (filename, first_line, qualname)
+            if not functions or functions[-1].key != key or functions[-1].device != device:
+                functions.append(FunctionRecord(qualname, filename, first_line, device,
+                                                list(columns), []))
+                if device not in devices:
+                    devices.append(device)
+            functions[-1].lines.append(LineRecord(lineno, row[-1], count, values[2],
+                                                  dict(zip(columns, values[3:])),
+                                                  row[-2] or None))
+    except csv.Error as exc:
+        raise ValueError(f"{where}, row {number + 1}: {exc}") from None
+    return Profile(functions, list(columns), devices, schema_version=SCHEMA_VERSION)

@@ -1,0 +1,194 @@
+"""A profile as the JSON document ``LineProfiler.save`` writes, and back.
+
+Schema version 1 (``SCHEMA_VERSION``)::
+
+    {
+      "format": "pytorch_memlab.line_profile",
+      "schema_version": 1,
+      "pytorch_memlab_version": "1.0.0",
+      "torch_version": "2.13.0+cpu",
+      "python_version": "3.11.9",
+      "created": "2025-06-01T12:00:00+00:00",       # UTC, ISO 8601
+      "devices": ["cpu"],                            # column groups, in order
+      "columns": ["active_bytes.all.peak", "reserved_bytes.all.peak"],
+      "functions": [                                 # one per function and device
+        {"qualname": "Net.forward", "filename": "/src/train.py", "first_line": 12,
+         "device": "cpu",
+         "columns": ["active_bytes.all.peak", "reserved_bytes.all.peak"],
+         "lines": [
+           {"lineno": 12, "code": "    def forward(self, x):", "count": 0,
+            "net_growth": null, "active_bytes.all.peak": null,
+            "reserved_bytes.all.peak": null, "raised": null},
+           {"lineno": 13, "code": "        h = self.linear(x)", "count": 3,
+            "net_growth": 786432, "active_bytes.all.peak": 1310720,
+            "reserved_bytes.all.peak": 1310720, "raised": null}]}],
+      "timeline": [                                  # profile_every only, else []
+        {"call": 1, "device": "cpu", "active_bytes": 1048576,
+         "reserved_bytes": 1048576}],
+      "run": {"argv": ["train.py", "--epochs", "1"], "module": null,   # `run` only, else null
+              "exit_status": 0}
+    }
+
+Every source line of a function is listed; a line that never ran has count 0
+and null figures.  ``net_growth`` is the sum over executions of the change in
+``active_bytes.all.current``; each column is aggregated as the tracer does
+("*.peak": max of per-execution peaks; "*.allocated"/"*.freed": sums; other
+fields: max of end-of-line values).  Bytes are exact integers.  ``raised``
+names the exception that left the function through that line.  The record of
+the innermost function an out-of-memory error escaped also has a
+``"postmortem"`` object (its keys: ``pytorch_memlab/_postmortem.py``).  A reader
+accepts any file whose schema_version is not newer than its own and ignores
+keys it does not know (keeping them, as a torchrun rank's ``"rank"``); a change
+of meaning bumps the version.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from .model import (GROWTH, VERSION_KEYS, FunctionRecord, LineRecord, Profile,
+                    TimelineRow)
+
+FORMAT = "pytorch_memlab.line_profile"
+SCHEMA_VERSION = 1
+RECORD_KEYS = ("qualname", "filename", "first_line", "device")
+_LINE_KEYS = ("lineno", "code", "count", GROWTH, "raised")
+_KNOWN = {"format", "schema_version", "created", "devices", "columns", "functions",
+          "timeline", "run", *VERSION_KEYS}
+
+
+def all_columns(columns: Sequence[str], functions: Sequence[FunctionRecord]) -> list[str]:
+    """``columns``, then any other column a function record has, in order."""
+    names = list(columns)
+    for record in functions:
+        names += [c for c in record.columns if c not in names]
+    return names
+
+
+def to_document(profile: Profile) -> dict[str, Any]:
+    """The JSON document of ``profile`` (see the module docstring)."""
+    data: dict[str, Any] = {"format": FORMAT, "schema_version": profile.schema_version}
+    data.update((k, profile.versions[k]) for k in VERSION_KEYS if k in profile.versions)
+    if profile.created is not None:
+        data["created"] = profile.created
+    data["devices"] = list(profile.devices)
+    data["columns"] = list(profile.columns)
+    data["functions"] = [record.to_dict() for record in profile.functions]
+    data["timeline"] = [dict(row) for row in profile.timeline]
+    data["run"] = profile.run
+    data.update(profile.extra)
+    return data
+
+
+# ---- reading, with one error naming the file and the place --------------------
+
+class _Reader:
+    """Checks one document; every error names ``where`` and the field."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def fail(self, place: str, problem: str) -> ValueError:
+        return ValueError(f"{self.where}: {place}: {problem}")
+
+    def typed(self, obj: dict[str, Any], key: str, kind: Any, place: str,
+              accepted: str, optional: bool = False) -> Any:
+        if key not in obj:
+            raise self.fail(place, f"{key!r} is missing; expected {accepted}")
+        value = obj[key]
+        if value is None and optional:
+            return None
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise self.fail(place, f"{key!r} is {_show(value)}; expected {accepted}")
+        return value
+
+    def names(self, obj: dict[str, Any], key: str, place: str) -> list[str]:
+        values = self.typed(obj, key, list, place, "a list of column names")
+        if not all(isinstance(v, str) for v in values):
+            raise self.fail(place, f"{key!r} holds a non-string; expected column names")
+        return list(values)
+
+    def line(self, obj: Any, columns: Sequence[str], place: str) -> LineRecord:
+        if not isinstance(obj, dict):
+            raise self.fail(place, f"a line is {_show(obj)}; expected an object")
+        figures = {c: self.typed(obj, c, int, place, "an integer or null", optional=True)
+                   for c in columns if c in obj}
+        return LineRecord(
+            lineno=self.typed(obj, "lineno", int, place, "an integer"),
+            code=self.typed(obj, "code", str, place, "a string"),
+            count=self.typed(obj, "count", int, place, "an integer"),
+            net_growth=self.typed(obj, GROWTH, int, place, "an integer or null", optional=True),
+            figures=figures,
+            raised=self.typed(obj, "raised", str, place, "a string or null", optional=True)
+            if "raised" in obj else None)
+
+    def function(self, obj: Any, place: str) -> FunctionRecord:
+        if not isinstance(obj, dict):
+            raise self.fail(place, f"a function is {_show(obj)}; expected an object")
+        columns = self.names(obj, "columns", place)
+        lines = self.typed(obj, "lines", list, place, "a list of lines")
+        postmortem = obj.get("postmortem")
+        if postmortem is not None and not isinstance(postmortem, dict):
+            raise self.fail(place, f"'postmortem' is {_show(postmortem)}; expected an object")
+        return FunctionRecord(
+            qualname=self.typed(obj, "qualname", str, place, "a string"),
+            filename=self.typed(obj, "filename", str, place, "a string"),
+            first_line=self.typed(obj, "first_line", int, place, "an integer"),
+            device=self.typed(obj, "device", str, place, "a string"),
+            columns=columns,
+            lines=[self.line(line, columns, f"{place}.lines[{i}]")
+                   for i, line in enumerate(lines)],
+            postmortem=postmortem)
+
+    def timeline(self, rows: Any) -> list[TimelineRow]:
+        if not isinstance(rows, list):
+            raise self.fail("timeline", f"it is {_show(rows)}; expected a list")
+        out: list[TimelineRow] = []
+        for i, row in enumerate(rows):
+            place = f"timeline[{i}]"
+            if not isinstance(row, dict):
+                raise self.fail(place, f"a row is {_show(row)}; expected an object")
+            out.append(TimelineRow(
+                call=self.typed(row, "call", int, place, "an integer"),
+                device=self.typed(row, "device", str, place, "a string"),
+                active_bytes=self.typed(row, "active_bytes", int, place, "an integer"),
+                reserved_bytes=self.typed(row, "reserved_bytes", int, place, "an integer")))
+        return out
+
+
+def _show(value: Any) -> str:
+    return "null" if value is None else f"a {type(value).__name__} ({str(value)[:40]!r})"
+
+
+def from_document(data: Any, where: str) -> Profile:
+    """The profile a JSON document holds; ValueError naming ``where`` and the
+    first field that is not as the schema says."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"{where} is not a pytorch_memlab line profile "
+                         f"(no \"format\": {FORMAT!r}); load reads the .json and .csv "
+                         "files LineProfiler.save writes")
+    version = data.get("schema_version")
+    if not isinstance(version, int) or version < 1:
+        raise ValueError(f"{where}: bad schema_version {version!r}; expected an integer >= 1")
+    if version > SCHEMA_VERSION:
+        raise ValueError(f"{where} has schema version {version}, newer than this "
+                         f"pytorch_memlab reads ({SCHEMA_VERSION}); upgrade pytorch_memlab")
+    read = _Reader(where)
+    functions = [read.function(f, f"functions[{i}]")
+                 for i, f in enumerate(read.typed(data, "functions", list, "the document",
+                                                  "a list of function records"))]
+    columns = read.names(data, "columns", "the document") if data.get("columns") is not None \
+        else []
+    devices = data.get("devices")
+    if devices is None:
+        devices = list(dict.fromkeys(r.device for r in functions))
+    elif not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
+        raise read.fail("devices", f"it is {_show(devices)}; expected a list of device names")
+    run: Optional[dict[str, Any]] = data.get("run")
+    if run is not None and not isinstance(run, dict):
+        raise read.fail("run", f"it is {_show(run)}; expected an object or null")
+    return Profile(
+        functions=functions, columns=columns, devices=list(devices),
+        timeline=read.timeline(data.get("timeline") or []), run=run,
+        versions={k: str(data[k]) for k in VERSION_KEYS if data.get(k) is not None},
+        created=data.get("created"), schema_version=version,
+        extra={k: v for k, v in data.items() if k not in _KNOWN})

@@ -1,0 +1,151 @@
+"""The one record model: a profile holds functions, a function holds lines.
+
+The live profiler (``LineProfiler.stats()``), a saved profile (``load``), the
+text and HTML tables, the HTML report, the CLI and the pytest plugin all read
+these records.  Each record also reads as the plain dict the API has always
+documented (``record["lines"]``, ``line["active_bytes.all.peak"]``,
+``line.get(column)``), so code written against that keeps working; ``to_dict``
+gives the dict itself, which is what the JSON file holds.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence, TypedDict
+
+# Net growth of active bytes: always recorded, shown after the chosen columns.
+GROWTH = "net_growth"
+
+
+class _ReadsAsDict(Mapping[str, Any]):
+    """Read-only dict access to a record's documented keys, in their order."""
+
+    def _keys(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def _value(self, key: str) -> Any:
+        return getattr(self, key)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._keys():
+            raise KeyError(key)
+        return self._value(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    def __repr__(self) -> str:   # as the documented dict prints
+        return repr(dict(self.items()))
+
+
+@dataclass(eq=False, repr=False)
+class LineRecord(_ReadsAsDict):
+    """One source line of one function on one device."""
+
+    lineno: int
+    code: str
+    count: int = 0                    # executions; 0 for a line that never ran
+    net_growth: Optional[int] = None  # summed change of active bytes; None: never ran
+    figures: dict[str, Optional[int]] = field(default_factory=dict)   # column -> figure
+    raised: Optional[str] = None      # the exception that left the function here
+
+    @property
+    def ran(self) -> bool:
+        return self.net_growth is not None
+
+    def figure(self, column: str) -> Optional[int]:
+        """A column's figure, or net growth for ``GROWTH``."""
+        return self.net_growth if column == GROWTH else self.figures.get(column)
+
+    def _keys(self) -> tuple[str, ...]:
+        return ("lineno", "code", "count", GROWTH, *self.figures, "raised")
+
+    def _value(self, key: str) -> Any:
+        if key in self.figures:
+            return self.figures[key]
+        return getattr(self, key)
+
+    def project(self, columns: Sequence[str]) -> LineRecord:
+        """The same line with only ``columns`` (a missing one reads None)."""
+        return LineRecord(self.lineno, self.code, self.count, self.net_growth,
+                          {name: self.figures.get(name) for name in columns}, self.raised)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.items())
+
+
+@dataclass(eq=False, repr=False)
+class FunctionRecord(_ReadsAsDict):
+    """Every source line of one function, as measured on one device."""
+
+    qualname: str
+    filename: str
+    first_line: int
+    device: str                       # 'cpu', 'cuda:N'
+    columns: list[str]                # the figures each line has, in order
+    lines: list[LineRecord]
+    postmortem: Optional[dict[str, Any]] = None   # where an out-of-memory error escaped
+
+    @property
+    def ran(self) -> bool:
+        return any(line.ran for line in self.lines)
+
+    @property
+    def key(self) -> tuple[str, int, str]:
+        """Identifies the function across devices and ranks."""
+        return (self.filename, self.first_line, self.qualname)
+
+    def _keys(self) -> tuple[str, ...]:
+        keys = ("qualname", "filename", "first_line", "device", "columns", "lines")
+        return keys + ("postmortem",) if self.postmortem is not None else keys
+
+    def project(self, columns: Sequence[str]) -> FunctionRecord:
+        """The same function with only ``columns``."""
+        return FunctionRecord(self.qualname, self.filename, self.first_line, self.device,
+                              list(columns), [line.project(columns) for line in self.lines],
+                              self.postmortem)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dict(self.items())
+        data["columns"] = list(self.columns)
+        data["lines"] = [line.to_dict() for line in self.lines]
+        return data
+
+
+class TimelineRow(TypedDict):
+    """A device's memory after one call of a ``profile_every`` function."""
+
+    call: int
+    device: str
+    active_bytes: int
+    reserved_bytes: int
+
+
+# The versions a saved profile records, in the order the file lists them.
+VERSION_KEYS = ("pytorch_memlab_version", "torch_version", "python_version")
+
+
+@dataclass(eq=False)
+class Profile:
+    """A whole profile: what ``LineProfiler.save`` writes and ``load`` reads."""
+
+    functions: list[FunctionRecord]
+    columns: list[str]                # every recorded column, in order
+    devices: list[str]                # column groups, in order
+    timeline: list[TimelineRow] = field(default_factory=list)
+    run: Optional[dict[str, Any]] = None    # `python -m pytorch_memlab run`: argv, status
+    versions: dict[str, str] = field(default_factory=dict)   # VERSION_KEYS that are known
+    created: Optional[str] = None     # UTC, ISO 8601
+    schema_version: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)   # keys kept as read (a rank's "rank")
+    notes: list[str] = field(default_factory=list)   # shown under the tables, never saved
+
+    def select(self, functions: Sequence[FunctionRecord]) -> Profile:
+        """The same profile showing only ``functions``."""
+        return Profile(list(functions), self.columns, self.devices, self.timeline, self.run,
+                       self.versions, self.created, self.schema_version, self.extra,
+                       self.notes)
+

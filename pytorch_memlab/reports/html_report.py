@@ -1,0 +1,305 @@
+"""The HTML report: one self-contained file (inline CSS and SVG, a few lines of
+plain JavaScript to sort, nothing fetched from the network).
+
+Per function: its source, and for each line a bar per column and device,
+scaled to the largest figure of that column in the report; click a column's
+heading to sort the lines by it (again to reverse, "line" for source order;
+``report.html#sort=cpu/active_bytes.all.peak`` opens sorted).
+For a ``profile_every`` function, an SVG timeline of active and reserved bytes
+after each call.
+
+    from pytorch_memlab.html_report import write_report
+    write_report(profiler, "report.html")      # or a SavedProfile, or a saved file's path
+"""
+from __future__ import annotations
+
+import html
+import os
+from typing import Any, Optional, Sequence, Union
+
+from .._postmortem import format_postmortem
+from ..common.sizes import readable_size
+from ..records import saved
+from ..records.document import from_document
+from ..records.model import Profile, TimelineRow
+from .notebook import COLORS, SHRINK
+from .sections import (Section, cell, count_cell, idle_note, raised_note, scales,
+                       sections, title)
+_ACTIVE, _RESERVED = COLORS[0], COLORS[1]
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:16px 24px;color:#222;
+ background:#fff}
+h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:28px 0 2px;font-family:monospace}
+.meta,.where{color:#666;font-size:12px;margin:0 0 8px}
+table.prof{border-collapse:collapse;font-family:monospace;font-size:12px}
+table.prof th{padding:2px 8px;text-align:right;border-bottom:1px solid #bbb;
+ vertical-align:bottom;white-space:nowrap;background:#fff}
+table.prof th.group{text-align:center;border-bottom:1px solid #ddd}
+table.prof th.sort{cursor:pointer;user-select:none}
+table.prof th.sort:hover{background:#f0f0f0}
+table.prof th.asc::after{content:" \\25B2"} table.prof th.desc::after{content:" \\25BC"}
+table.prof td{padding:1px 8px;text-align:right;white-space:nowrap}
+table.prof td.fig{position:relative;min-width:6.5em}
+table.prof td.fig .bar{position:absolute;left:0;top:1px;bottom:1px;opacity:.6}
+table.prof td.fig span{position:relative}
+table.prof td.code{text-align:left;white-space:pre}
+table.prof tr.idle td{color:#999}
+table.prof tr.raised{background:#fde0dc}
+table.prof b.raised{color:#b00}
+.timeline text{font:11px monospace;fill:#444}
+.legend{font-size:12px;margin:2px 0 0}
+.legend i{display:inline-block;width:18px;height:3px;vertical-align:middle;margin:0 4px 0 10px}
+"""
+
+# Sorts a table's rows by the data-v of the clicked column; empty cells last.
+_JS = """
+document.querySelectorAll("table.prof").forEach(function (table) {
+  table.querySelectorAll("th.sort").forEach(function (th) {
+    th.addEventListener("click", function () {
+      var col = +th.dataset.col, body = table.tBodies[0];
+      var desc = th.dataset.key !== "line" && !th.classList.contains("desc");
+      table.querySelectorAll("th.sort").forEach(function (o) { o.classList.remove("asc", "desc"); });
+      th.classList.add(desc ? "desc" : "asc");
+      var rows = Array.prototype.slice.call(body.rows);
+      function key(row) { var v = row.cells[col].dataset.v; return v === undefined || v === "" ? null : +v; }
+      rows.sort(function (a, b) {
+        var x = key(a), y = key(b);
+        if (x === null || y === null) { return (x === null) - (y === null) || a.dataset.line - b.dataset.line; }
+        return (desc ? y - x : x - y) || a.dataset.line - b.dataset.line;
+      });
+      rows.forEach(function (row) { body.appendChild(row); });
+    });
+  });
+});
+// report.html#sort=cpu/active_bytes.all.peak opens sorted by that column
+var wanted = /^#sort=(.+)$/.exec(location.hash);
+if (wanted) {
+  document.querySelectorAll("th.sort").forEach(function (th) {
+    if (th.dataset.key === decodeURIComponent(wanted[1])) { th.click(); }
+  });
+}
+"""
+
+ProfileArg = Union[Any, str, "os.PathLike[str]"]
+
+
+def _profile(profile: ProfileArg) -> Profile:
+    """The profile of a LineProfiler, SavedProfile, saved file's path or document."""
+    if isinstance(profile, Profile):
+        return profile
+    if isinstance(profile, (str, os.PathLike)):
+        return saved.read(profile)
+    if isinstance(profile, dict):
+        return from_document(profile, "the profile")
+    if isinstance(profile, saved.SavedProfile):
+        return profile.profile
+    if hasattr(profile, "to_dict"):
+        return from_document(profile.to_dict(), "the profile")
+    raise TypeError(f"cannot report on {type(profile).__name__}: pass a LineProfiler, "
+                    "a SavedProfile, a saved profile's path or its dict")
+
+
+def _figure(column: str, value: Optional[int], scale: int, color: str) -> str:
+    if value is None:
+        return '<td class="fig" data-v=""></td>'
+    bar = ""
+    if scale > 0 and value != 0:
+        width = max(0.5, min(100.0, 100.0 * abs(value) / scale))
+        fill = SHRINK if value < 0 else color
+        bar = f'<div class="bar" style="width:{width:.1f}%;background:{fill}"></div>'
+    text = html.escape(cell(column, value))
+    return f'<td class="fig" data-v="{value}" title="{value:,}">{bar}<span>{text}</span></td>'
+
+
+def _section(section: Section, full: dict[tuple[str, str], int]) -> str:
+    columns = section.columns
+    groups = "".join(f'<th class="group" colspan="{len(columns)}">{html.escape(d)}</th>'
+                     for d in section.devices)
+    heads, col = [], 0
+    for device in section.devices:
+        for column in columns:
+            top, rest = title(column)
+            key = html.escape(f"{device}/{column}")
+            heads.append(f'<th class="sort" data-col="{col}" data-key="{key}">'
+                         f"{html.escape(top)}<br>{html.escape(rest)}</th>")
+            col += 1
+    heads.append(f'<th class="sort" data-col="{col}" data-key="count">count</th>')
+    heads.append(f'<th class="sort asc" data-col="{col + 1}" data-key="line">line</th>')
+    heads.append('<th style="text-align:left">code</th>')
+    rows = []
+    for first, lines in section.rows():
+        tds = []
+        for device, line in zip(section.devices, lines):
+            for c, column in enumerate(columns):
+                tds.append(_figure(column, line.figure(column), full.get((device, column), 0),
+                                   COLORS[c % len(COLORS)]))
+        count = count_cell(first)
+        tds.append(f'<td data-v="{count}">{count}</td>')
+        tds.append(f'<td data-v="{first.lineno}">{first.lineno}</td>')
+        note = raised_note(first.raised)
+        code = html.escape(first.code) + (
+            f' <b class="raised">{html.escape(note)}</b>' if note else "")
+        tds.append(f'<td class="code">{code}</td>')
+        cls = "raised" if note else ("" if first.ran else "idle")
+        attr = f' class="{cls}"' if cls else ""
+        rows.append(f'<tr data-line="{first.lineno}"{attr}>{"".join(tds)}</tr>')
+    where = f"{section.filename}:{section.first_line}"
+    pm = section.postmortem
+    after = "" if pm is None else f"<pre>{html.escape(format_postmortem(pm, section.qualname))}</pre>"
+    return (f"<section><h2>{html.escape(section.qualname)}</h2>"
+            f'<p class="where">{html.escape(where)}</p>'
+            f'<table class="prof"><thead><tr>{groups}<th colspan="3"></th></tr>'
+            f"<tr>{''.join(heads)}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            f"{after}</section>")
+
+
+def _timeline_svg(device: str, rows: Sequence[TimelineRow]) -> str:
+    """Active and reserved bytes after each call, on one device."""
+    width, height, left, right, top, bottom = 640, 170, 70, 12, 12, 26
+    calls = [row["call"] for row in rows]
+    top_value = max([1] + [row["active_bytes"] for row in rows]
+                    + [row["reserved_bytes"] for row in rows])
+    first, last = calls[0], calls[-1]
+    span = max(1, last - first)
+
+    def x(call: int) -> float:
+        return left + (width - left - right) * (call - first) / span
+
+    def y(value: int) -> float:
+        return top + (height - top - bottom) * (1 - value / top_value)
+
+    parts = [f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" width="{width}" '
+             f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
+             f'aria-label="memory after each call on {html.escape(device)}">',
+             f'<rect x="{left}" y="{top}" width="{width - left - right}" '
+             f'height="{height - top - bottom}" fill="#fafafa" stroke="#ccc"/>',
+             f'<text x="{left - 6}" y="{top + 4}" text-anchor="end">'
+             f"{readable_size(top_value)}</text>",
+             f'<text x="{left - 6}" y="{height - bottom}" text-anchor="end">0</text>',
+             f'<text x="{left}" y="{height - 8}">call {first}</text>',
+             f'<text x="{width - right}" y="{height - 8}" text-anchor="end">call {last}</text>']
+    # reserved >= active: a wide pale line under a thin one, both visible when equal
+    for key, color, style in (("reserved_bytes", _RESERVED, 'stroke-width="6" opacity="0.55"'),
+                              ("active_bytes", _ACTIVE, 'stroke-width="2"')):
+        points = " ".join(f"{x(r['call']):.1f},{y(r[key]):.1f}" for r in rows)
+        parts.append(f'<polyline fill="none" stroke="{color}" {style} '
+                     f'stroke-linejoin="round" points="{points}"/>')
+    if len(rows) <= 200:
+        for r in rows:
+            tip = (f"call {r['call']}: active {readable_size(r['active_bytes'])}, "
+                   f"reserved {readable_size(r['reserved_bytes'])}")
+            parts.append(f'<circle cx="{x(r["call"]):.1f}" cy="{y(r["active_bytes"]):.1f}" '
+                         f'r="2.5" fill="{_ACTIVE}"><title>{html.escape(tip)}</title></circle>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _timeline(timeline: Sequence[TimelineRow]) -> str:
+    if not timeline:
+        return ""
+    per_device: dict[str, list[TimelineRow]] = {}
+    for row in timeline:
+        per_device.setdefault(row["device"], []).append(row)
+    out = ["<section><h2>memory after each call</h2>"]
+    for device, rows in per_device.items():
+        out.append(f'<p class="where">{html.escape(device)}, calls {rows[0]["call"]}'
+                   f'&ndash;{rows[-1]["call"]}</p>{_timeline_svg(device, rows)}')
+    out.append(f'<p class="legend"><i style="background:{_ACTIVE}"></i>active bytes'
+               f'<i style="background:{_RESERVED}"></i>reserved bytes</p></section>')
+    return "".join(out)
+
+
+def _meta(profile: Profile) -> str:
+    bits = []
+    run = profile.run
+    if run:
+        argv = " ".join(run.get("argv") or [])
+        bits.append(f"<code>{html.escape(argv)}</code> exited with {run.get('exit_status')}")
+    bits.append("devices: " + html.escape(", ".join(profile.devices)))
+    for key, name in (("torch_version", "torch"), ("pytorch_memlab_version", "pytorch_memlab"),
+                      ("python_version", "Python")):
+        if profile.versions.get(key):
+            bits.append(f"{name} {html.escape(profile.versions[key])}")
+    if profile.created:
+        bits.append(html.escape(profile.created))
+    return " &middot; ".join(bits)
+
+
+def _body(profile: Profile) -> list[str]:
+    shown, idle = sections(profile.functions)
+    full = scales(shown)
+    body = [f'<p class="meta">{_meta(profile)}</p>', _timeline(profile.timeline)]
+    body += [_section(s, full) for s in shown]
+    note = idle_note(idle, bool(shown))
+    if note:
+        body.append(f"<p>{html.escape(note)}</p>")
+    return body
+
+
+def _page(title_text: str, body: Sequence[str], script: str = "") -> str:
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(title_text)}</title><style>{_CSS}</style></head>\n"
+            f"<body>\n<h1>{html.escape(title_text)}</h1>{''.join(body)}\n"
+            f"<script>{_JS}{script}</script>\n</body></html>\n")
+
+
+class HtmlReport:
+    """The report page of one profile."""
+
+    def __init__(self, title_text: str = "pytorch_memlab line profile") -> None:
+        self.title_text = title_text
+
+    def render(self, profile: Profile) -> str:
+        return _page(self.title_text, _body(profile))
+
+
+def render_report(profile: ProfileArg, title_text: str = "pytorch_memlab line profile") -> str:
+    """The report as one HTML string."""
+    return HtmlReport(title_text).render(_profile(profile))
+
+
+# Shows the rank picked in the selector (report.html#rank=1 opens on rank 1).
+_RANK_JS = """
+var picker = document.getElementById("rank");
+function showRank() {
+  document.querySelectorAll("div.rank").forEach(function (d) {
+    d.hidden = d.dataset.rank !== picker.value; });
+}
+picker.addEventListener("change", showRank);
+var askedRank = /^#rank=(\\d+)$/.exec(location.hash);
+if (askedRank) { picker.value = askedRank[1]; }
+showRank();
+"""
+
+
+def render_ranks_report(docs: Sequence[dict[str, Any]],
+                        title_text: str = "pytorch_memlab line profile, per rank") -> str:
+    """One report for the rank profiles of a torchrun job: the merged text
+    table, and each rank's full report behind a rank selector."""
+    from ..distributed import merged_text
+    ordered = sorted(docs, key=lambda d: d["rank"]["rank"])
+    options = "".join(f'<option value="{d["rank"]["rank"]}">rank {d["rank"]["rank"]} '
+                      f'({html.escape(", ".join(d.get("devices") or []))})</option>'
+                      for d in ordered)
+    body = ['<h2>all ranks</h2><pre class="merged">'
+            f"{html.escape(merged_text(list(ordered)))}</pre>",
+            f'<p><label>rank <select id="rank">{options}</select></label></p>']
+    for doc in ordered:
+        rank = doc["rank"]["rank"]
+        page = "".join(_body(from_document(doc, f"rank {rank}'s profile")))
+        body.append(f'<div class="rank" data-rank="{rank}">{page}</div>')
+    return _page(title_text, body, _RANK_JS)
+
+
+def write_ranks_report(docs: Sequence[dict[str, Any]],
+                       path: Union[str, "os.PathLike[str]"]) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(render_ranks_report(docs))
+
+
+def write_report(profile: ProfileArg, path: Union[str, "os.PathLike[str]"], **kwargs: Any) -> None:
+    """Write ``render_report(profile)`` to ``path`` (UTF-8)."""
+    text = render_report(profile, **kwargs)
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(text)

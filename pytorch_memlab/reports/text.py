@@ -1,0 +1,80 @@
+"""The plain-text table.
+
+    ## func
+
+    ─────────────── cpu ────────────────
+    active_bytes  reserved_bytes  active_bytes  count  line  code
+        all.peak        all.peak    net growth
+                                                          7  def func():
+           1.00M           1.00M         1.00M      1     8      x = torch.empty(262144)
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from .._postmortem import format_postmortem
+from ..records.model import Profile
+from .sections import Section, cell, count_cell, idle_note, raised_note, sections, title
+
+SEP = "  "
+
+
+def group_row(label: str, width: int) -> str:
+    """``label`` centred in a rule ``width`` wide, over its column group."""
+    text = f" {label} "
+    if len(text) >= width:
+        return text.strip().rjust(width)
+    left = (width - len(text)) // 2
+    return "─" * left + text + "─" * (width - len(text) - left)
+
+
+def table(groups: Sequence[str], columns: Sequence[str], cells: Sequence[Sequence[str]],
+          counts: Sequence[str], linenos: Sequence[int], code: Sequence[str]) -> list[str]:
+    """The rows of a table: a rule per group, two title rows, then per line
+    ``cells[line]`` (one per group and column), its count, number and code."""
+    heads = [title(c) for _ in groups for c in columns] + [("count", ""), ("line", "")]
+    bodies = [[row[i] for row in cells] for i in range(len(groups) * len(columns))]
+    bodies += [list(counts), [str(n) for n in linenos]]
+    widths = [max([len(h[0]), len(h[1])] + [len(v) for v in body])
+              for h, body in zip(heads, bodies)]
+    per = len(columns)
+    out = [SEP.join(group_row(label, sum(widths[g * per:(g + 1) * per]) + len(SEP) * (per - 1))
+                    for g, label in enumerate(groups))]
+    for part in (0, 1):
+        out.append(SEP.join(h[part].rjust(w) for h, w in zip(heads, widths)) + SEP
+                   + ("code" if part == 0 else ""))
+    for i, text in enumerate(code):
+        out.append(SEP.join(body[i].rjust(w) for body, w in zip(bodies, widths)) + SEP + text)
+    return [line.rstrip() for line in out]
+
+
+def _section(section: Section) -> str:
+    rows = section.rows()
+    cells = [[cell(c, line.figure(c)) for line in lines for c in section.columns]
+             for _, lines in rows]
+    code = []
+    for first, _ in rows:
+        note = raised_note(first.raised)
+        code.append(first.code + ("   " + note if note else ""))
+    out = table(section.devices, section.columns, cells,
+                [count_cell(first) for first, _ in rows], [first.lineno for first, _ in rows],
+                code)
+    text = f"## {section.qualname}\n\n" + "\n".join(out) + "\n"
+    if section.postmortem is not None:
+        text += "\n" + format_postmortem(section.postmortem, section.qualname) + "\n"
+    return text
+
+
+class TextReport:
+    """What ``print_stats`` and ``repr`` show."""
+
+    def render(self, profile: Profile) -> str:
+        shown, idle = sections(profile.functions)
+        parts = [_section(s) for s in shown]
+        note = idle_note(idle, bool(shown))
+        if note:
+            parts.append(note + "\n")
+        text = "\n\n".join(parts)
+        for note in profile.notes:
+            text += note + "\n"
+        return text
