@@ -3,9 +3,11 @@
 #   make check   from a clean checkout: make the environments below, then
 #                test and asan (what .ci/run runs)
 #   make build   build the extensions in place for every Python below
-#   make test    the whole suite with torch on $(PYTHON) and on each of
-#                $(TORCH_PYTHONS) (there once per tracer mechanism); the
-#                tracer tests on each of $(TRACER_PYTHONS), once per mechanism
+#   make test    typecheck, then the whole suite with torch on $(PYTHON) and
+#                on each of $(TORCH_PYTHONS) (there once per tracer mechanism);
+#                the tracer tests on each of $(TRACER_PYTHONS), once per mechanism
+#   make typecheck  mypy --strict on the package, on $(PYTHON) ([tool.mypy] in
+#                pyproject.toml; mypy comes with the test extras)
 #   make asan    the tracer built with AddressSanitizer into $(ASAN_DIR) (the
 #                in-place build is left alone), its tests run against it
 #   make bench   bench/bench_tracer.py --all on every Python
@@ -45,7 +47,7 @@ PY312 ?= $(or $(lastword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3)),
 PY313 ?= $(or $(lastword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3)),$(shell command -v python3.13))
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: check venvs build test smoke asan bench clean-asan
+.PHONY: check venvs build test typecheck smoke asan bench clean-asan
 
 check: venvs
 	$(MAKE) test asan PYTHON=.venv/bin/python \
@@ -94,10 +96,15 @@ smoke: build
 	done
 	for py in $(TRACER_PYTHONS); do $$py -c 'import sys; sys.path.insert(0, "."); import pytorch_memlab._tracer'; done
 
+# The package's types ([tool.mypy] in pyproject.toml), on $(PYTHON) only: the
+# C extensions are typed by their .pyi stubs, so nothing needs building.
+typecheck:
+	$(PYTHON) -m mypy
+
 # The slow tests build packages in fresh venvs with the pinned CPU torch
 # (TORCH_SPEC, 3.11 only) and do not depend on the tracer mechanism: they run
 # once, on $(PYTHON).
-test: smoke
+test: smoke typecheck
 	echo "== $(PYTHON): the whole suite"
 	PYTHONPATH=$(CURDIR) $(PYTHON) -m pytest $(PYTEST_FLAGS) $(XDIST) test
 	for py in $(TORCH_PYTHONS); do \

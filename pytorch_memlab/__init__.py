@@ -48,7 +48,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def __dir__() -> list:
+def __dir__() -> list[str]:
     return __all__
 
 

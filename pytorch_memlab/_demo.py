@@ -12,7 +12,7 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     optimizer.zero_grad(set_to_none=True)
     output = model(batch)
     loss = torch.nn.functional.mse_loss(output, target)
-    loss.backward()
+    loss.backward()  # type: ignore[no-untyped-call]  # torch: Tensor.backward is unannotated
     optimizer.step()
     return loss.item()
 

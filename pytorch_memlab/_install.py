@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Optional
+from typing import Any, Optional
 from urllib.parse import unquote, urlparse
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -19,7 +19,7 @@ CPU_TORCH_COMMAND = "pip install torch --index-url https://download.pytorch.org/
 _PIP = "python -m pip install --no-build-isolation"
 
 
-def _direct_url() -> Optional[dict]:
+def _direct_url() -> Optional[dict[str, Any]]:
     """PEP 610 direct_url.json of the installed pytorch-memlab (whichever copy), or None."""
     try:
         from importlib.metadata import PackageNotFoundError, distribution
@@ -68,7 +68,7 @@ def rebuild_command() -> str:
     return f"{_PIP} --force-reinstall --no-deps /path/to/pytorch_memlab-checkout"
 
 
-def _installed_here(info: dict, path: Optional[str]) -> bool:
+def _installed_here(info: dict[str, Any], path: Optional[str]) -> bool:
     """True when the installed distribution is this very package folder."""
     if info.get("dir_info", {}).get("editable"):
         # an editable install runs the checkout it was made from

@@ -33,7 +33,7 @@ import os
 import re
 import threading
 import types
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Container, Dict, List, Optional, Tuple
 
 import torch
 
@@ -91,10 +91,11 @@ def watch_cuda() -> None:
             return
         _watching = True
         try:
-            if torch.cuda.is_initialized():
+            if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # torch: unannotated
                 _attach()
             else:
-                torch.cuda._lazy_call(_attach)   # device allocators exist only after init
+                # device allocators exist only after init
+                torch.cuda._lazy_call(_attach)  # type: ignore[no-untyped-call]  # torch: unannotated
         except Exception:   # no observer: the figures are read after the error instead
             pass
 
@@ -102,7 +103,7 @@ def watch_cuda() -> None:
 def _fresh_cuda_event(exc: BaseException) -> Optional[Dict[str, Any]]:
     """The observer's reading for this error: the latest on this thread, if no
     other OOM happened on its device since."""
-    event = getattr(_events, "last", None)
+    event: Optional[Dict[str, Any]] = getattr(_events, "last", None)
     _events.last = None
     if event is None or "Tried to allocate" not in str(exc):
         return None
@@ -279,7 +280,8 @@ def capture(exc: BaseException) -> Optional[Dict[str, Any]]:
             if event is not None:
                 pm, when = event, "at the failing allocation"
                 pm.pop("num_ooms", None)
-            elif torch.cuda.is_available() and torch.cuda.is_initialized():
+            elif (torch.cuda.is_available()
+                  and torch.cuda.is_initialized()):  # type: ignore[no-untyped-call]  # torch: unannotated
                 pm, when = _cuda_after(exc), "after the error"
             else:
                 pm, when = _cpu_figures(exc), "after the error"
@@ -345,7 +347,7 @@ def attach(records: List[Any], found: Optional[Tuple[types.CodeType, Dict[str, A
     return records
 
 
-def innermost(exc: BaseException, codes: Any) -> Optional[types.CodeType]:
+def innermost(exc: BaseException, codes: Container[types.CodeType]) -> Optional[types.CodeType]:
     """The innermost profiled code object ``exc`` passed through."""
     found = None
     tb = exc.__traceback__

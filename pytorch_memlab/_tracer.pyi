@@ -31,29 +31,57 @@ MECHANISM: str
 """"monitoring" (sys.monitoring, 3.12+) or "settrace" (PyEval_SetTrace).
 Set PYTORCH_MEMLAB_TRACER=settrace before import to force the latter."""
 
-def source_info(source: Any) -> tuple[str, tuple[str, ...]]:
+def source_info(source: Any, /) -> tuple[str, tuple[str, ...]]:
     """(name, fields) of a capsule or Python source."""
 
 def install_thread_hook() -> bool:
     """settrace mechanism only: hook the calling thread if any tracer is
     enabled (threads that existed before enable()).  No-op otherwise."""
 
+def _shutdown() -> None:
+    """Disable every tracer (registered with atexit at import)."""
+
+def _thread_starter(*args: Any) -> Any:
+    """The threading.settrace hook of the settrace mechanism: runs the hook
+    that was there before (returning what it returns, else None), then hooks
+    the new thread."""
+
+# The manual source (src/tracer/testsource.c), for the tracer's tests and
+# benchmark: fields bytes.current / .peak / .allocated / .freed, device 0 only.
+manual_source: object
+"""PyCapsule "pytorch_memlab.memlab_source"."""
+
+def manual_alloc(n: int, /) -> None:
+    """n > 0 allocates n bytes, n < 0 frees -n."""
+
+def manual_reset() -> None:
+    """All readings to 0."""
+
 class Tracer:
-    columns: tuple[str, ...]
-    growth_field: str | None
-    device: int
-    enabled: bool
-    sample_errors: int
-    tool_id: int
+    # read-only attributes (getters without setters)
+    @property
+    def columns(self) -> tuple[str, ...]: ...
+    @property
+    def growth_field(self) -> str | None: ...
+    @property
+    def device(self) -> int: ...
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def sample_errors(self) -> int:
+        """Readings that failed."""
+    @property
+    def tool_id(self) -> int:
+        """The sys.monitoring tool id, or -1."""
     def __init__(self, source: Any, device: int, columns: Sequence[str],
                  growth_field: str | None = None) -> None:
         """ValueError naming the valid fields if a column is unknown."""
-    def add_code(self, code: CodeType) -> None: ...
+    def add_code(self, code: CodeType, /) -> None: ...
     def codes(self) -> list[CodeType]: ...
     def enable(self) -> None: ...
     def disable(self) -> None:
         """Commit every open line of every thread, remove all hooks."""
-    def set_device(self, device: int) -> None:
+    def set_device(self, device: int, /) -> None:
         """Read another device from the next event on (prepares it if enabled)."""
     def clear(self) -> None: ...
     def stats(self) -> dict[CodeType, dict[int, tuple[int, int, tuple[int, ...]]]]:

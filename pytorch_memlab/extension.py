@@ -12,7 +12,7 @@ a trace hook.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
@@ -20,6 +20,12 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from .line_profiler import DEFAULT_COLUMNS, LineProfiler
+
+if TYPE_CHECKING:
+    import argparse
+    import types
+
+    from IPython.core.interactiveshell import InteractiveShell
 
 # Options, as the line scanner must know them to tell where the statement of
 # the line magic begins: short letters and long names that take a value, and
@@ -112,6 +118,9 @@ def _gpu(spec: Optional[str]) -> Union[None, int, str]:
 class MemlabMagics(Magics):
     """%mlrun / %%mlrun."""
 
+    # Optional in Magics; register_magics, which builds this class, passes it.
+    shell: InteractiveShell
+
     @magic_arguments()
     @argument("-f", "--function", metavar="FUNC", action="append", default=[],
               help="An expression, evaluated in the user namespace, that gives a function "
@@ -189,7 +198,7 @@ class MemlabMagics(Magics):
 
     # ---- helpers -----------------------------------------------------------------
 
-    def _profiler(self, args: Any) -> LineProfiler:
+    def _profiler(self, args: argparse.Namespace) -> LineProfiler:
         """A fresh profiler from the options; UsageError names what is wrong."""
         if not args.function:
             raise UsageError("%mlrun: nothing to profile; name a function with "
@@ -218,15 +227,15 @@ class MemlabMagics(Magics):
             raise UsageError(f"%mlrun: -f {expr}: cannot find it in the user namespace "
                              f"({type(err).__name__}: {err})") from None
 
-    def _compile(self, source: str) -> Any:
+    def _compile(self, source: str) -> types.CodeType:
         """IPython syntax (magics, !commands) made Python, with its source kept
         in linecache so tracebacks show it."""
-        python = self.shell.transform_cell(source)
+        python: str = self.shell.transform_cell(source)  # type: ignore[no-untyped-call]  # IPython: unannotated
         filename = self.shell.compile.cache(python, self.shell.execution_count)
         return self.shell.compile(python, filename, "exec")
 
     @staticmethod
-    def _report(profiler: LineProfiler, args: Any) -> None:
+    def _report(profiler: LineProfiler, args: argparse.Namespace) -> None:
         if not args.quiet:
             display(profiler.display())
         if args.dump_profile is not None:
@@ -235,6 +244,6 @@ class MemlabMagics(Magics):
                 profiler.print_stats(stream=stream)
 
 
-def load_ipython_extension(ipython: Any) -> None:
+def load_ipython_extension(ipython: InteractiveShell) -> None:
     """``%load_ext pytorch_memlab``: register %mlrun / %%mlrun."""
     ipython.register_magics(MemlabMagics)

@@ -8,8 +8,6 @@ per test and torch is not imported.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from ._markers import MARKERS, has_marker
@@ -52,6 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(session: Any, config: pytest.Config, items: list) -> None:
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                   items: list[pytest.Item]) -> None:
     if not config.pluginmanager.has_plugin(_RUNTIME) and any(map(has_marker, items)):
         _activate(config)

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..common.sizes import parse_size
+
+if TYPE_CHECKING:
+    import pytest
 
 LIMIT = "memlab_limit"
 NO_GROWTH = "memlab_no_growth"
@@ -54,7 +57,7 @@ def _size_text(value: Any) -> str:
     return value if isinstance(value, str) else f"{value} B"
 
 
-def parse_limit(args: tuple, kwargs: dict) -> Request:
+def parse_limit(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Request:
     what = f"@pytest.mark.{LIMIT}"
     unknown = set(kwargs) - {"budget", "device", "functions"}
     if unknown or len(args) + ("budget" in kwargs) != 1:
@@ -67,7 +70,7 @@ def parse_limit(args: tuple, kwargs: dict) -> Request:
                    _functions(kwargs.get("functions", ()), what))
 
 
-def parse_no_growth(args: tuple, kwargs: dict) -> Request:
+def parse_no_growth(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Request:
     what = f"@pytest.mark.{NO_GROWTH}"
     unknown = set(kwargs) - {"device", "tolerance", "functions"}
     if unknown or args:
@@ -80,7 +83,7 @@ def parse_no_growth(args: tuple, kwargs: dict) -> Request:
                    _functions(kwargs.get("functions", ()), what))
 
 
-def requests_of(item: Any) -> list[Request]:
+def requests_of(item: pytest.Item) -> list[Request]:
     """The marker checks of ``item`` (closest marker of each kind wins)."""
     found = []
     for name, parse in ((LIMIT, parse_limit), (NO_GROWTH, parse_no_growth)):
@@ -90,5 +93,5 @@ def requests_of(item: Any) -> list[Request]:
     return found
 
 
-def has_marker(item: Any) -> bool:
+def has_marker(item: pytest.Item) -> bool:
     return any(item.get_closest_marker(name) is not None for name in MARKERS)

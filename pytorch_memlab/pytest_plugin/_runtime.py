@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import pytest
 
 from ._markers import LIMIT, NO_GROWTH, Request, check_device, requests_of
+
+if TYPE_CHECKING:
+    from ._measure import Measured
 
 PEAK_PROPERTY = "memlab_peak"           # (device, bytes) in a call report's user_properties
 MISSING_CUDA = ("skip", "fail")
@@ -50,8 +53,8 @@ class MemlabRuntime:
         self.is_worker = hasattr(config, "workerinput")
         self.plans: dict[str, Plan] = {}
         self.peaks: dict[str, tuple[int, str]] = {}     # nodeid -> (peak, device), from reports
-        self.kept: list[tuple[int, str, dict]] = []     # local top tests' profiles
-        self.from_workers: list[tuple[int, str, dict]] = []
+        self.kept: list[tuple[int, str, dict[str, Any]]] = []     # local top tests' profiles
+        self.from_workers: list[tuple[int, str, dict[str, Any]]] = []
         if self.device is not None and self.device.startswith("cuda") and self.profile_all:
             import torch
             if not torch.cuda.is_available():
@@ -132,7 +135,8 @@ class MemlabRuntime:
             pytest.fail("\n\n".join(failures), pytrace=False)
         return result
 
-    def _after(self, item: pytest.Function, plan: Plan, measured: Any, failed: bool) -> list[str]:
+    def _after(self, item: pytest.Function, plan: Plan, measured: Measured,
+               failed: bool) -> list[str]:
         from ._messages import growth_failure, limit_failure
         failures = []
         for request, device in plan.requests:
@@ -152,7 +156,7 @@ class MemlabRuntime:
 
     # ---- the tests with the highest peaks ---------------------------------------
 
-    def _keep(self, peak: int, nodeid: str, measured: Any) -> None:
+    def _keep(self, peak: int, nodeid: str, measured: Measured) -> None:
         if not self.html_dir:
             return
         # ranked as the summary ranks: highest peak first, then node id
@@ -164,7 +168,7 @@ class MemlabRuntime:
         if self.top > 0:
             del self.kept[self.top:]
 
-    def _write_html(self, nodeid: str, data: dict) -> None:
+    def _write_html(self, nodeid: str, data: dict[str, Any]) -> None:
         from ..html_report import write_report
         assert self.html_dir is not None
         write_report(data, os.path.join(self.html_dir, report_name(nodeid)),
@@ -202,7 +206,7 @@ class MemlabRuntime:
             if nodeid in wanted:
                 self._write_html(nodeid, data)
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if not self.profile_all or self.is_worker:
             return
         from ..common.sizes import readable_size
