@@ -398,9 +398,13 @@ def view_command(args: argparse.Namespace) -> int:
     from .line_profiler import load
     try:
         saved = load(args.profile)
-    except (OSError, ValueError) as exc:
-        print(f"pytorch_memlab view: error: {exc}", file=sys.stderr)
-        return 1 if isinstance(exc, ValueError) else USAGE_ERROR
+    except (OSError, ValueError, TypeError, KeyError) as exc:  # UnicodeDecodeError is a ValueError
+        # One line, never a traceback: a file that is not a profile is a usage error.
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"pytorch_memlab view: error: {args.profile}: not a saved profile "
+              f"(expected a .json or .csv written by `run -o` or save()): {reason}",
+              file=sys.stderr)
+        return USAGE_ERROR
     if args.output is None:
         saved.print_stats()
         return 0

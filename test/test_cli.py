@@ -261,7 +261,7 @@ def test_view_writes_html_and_converts(train):
     out = memlab(train, "view", "p.json", "-o", "p.txt")
     assert out.returncode == 2 and ".html, .json or .csv" in out.stderr
     out = memlab(train, "view", "train.py")
-    assert out.returncode == 1 and "not JSON" in out.stderr
+    assert out.returncode == 2 and "not JSON" in out.stderr
 
 
 def test_demo_still_runs(tmp_path):
@@ -279,3 +279,18 @@ def test_split_of_run_arguments():
     assert split_run_argv(["-mpkg", "a"]) == (["-mpkg"], ["a"])
     assert split_run_argv(["--html", "r.html", "--", "-odd.py", "z"]) == (
         ["--html", "r.html", "--", "-odd.py"], ["z"])
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe\x00garbage", b"not json at all", b'{"x": 1}', None])
+def test_view_rejects_non_profile_with_one_line(tmp_path: Path, content: "bytes | None") -> None:
+    # Any file that is not a saved profile: one stderr line naming it, exit 2, no traceback.
+    path = tmp_path / "not_a_profile.json"
+    if content is not None:
+        path.write_bytes(content)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "pytorch_memlab", "view", str(path)],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert str(path) in lines[0]
