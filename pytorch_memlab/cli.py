@@ -246,7 +246,8 @@ def execute(program: Program, profiler: Any) -> tuple[int, Optional[BaseExceptio
     if program.path0 is not None and sys.path:
         sys.path[0] = program.path0
     sys.modules["__main__"] = main
-    status, error = 0, None
+    status: int = 0
+    error: Optional[BaseException] = None
     profiler.enable()
     try:
         try:
@@ -453,7 +454,7 @@ def split_run_argv(tokens: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def add_run_parser(commands: Any) -> argparse.ArgumentParser:
-    run = commands.add_parser(
+    run: argparse.ArgumentParser = commands.add_parser(
         "run", help="profile a script or module without editing it",
         usage="python -m pytorch_memlab run [-f FUNC]... [-d DEVICE] [-c COLUMN]... "
               "[-o OUT] [--html OUT.html] (script.py | -m module) [args...]",
@@ -481,7 +482,7 @@ def add_run_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def add_view_parser(commands: Any) -> argparse.ArgumentParser:
-    view = commands.add_parser(
+    view: argparse.ArgumentParser = commands.add_parser(
         "view", help="print a saved profile, or write its HTML report",
         description="Print the tables of a profile saved as JSON or CSV, or with -o write "
                     "the HTML report (.html) or convert it (.json, .csv).")

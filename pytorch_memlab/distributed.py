@@ -293,7 +293,7 @@ def decorator_reporter(profilers: Callable[[], list[Any]]) -> Optional[RankRepor
     if _decorator_reporter is None:
         def collect() -> dict[str, Any]:
             docs = [p.to_dict() for p in profilers()]
-            doc = docs[0]
+            doc: dict[str, Any] = docs[0]
             for other in docs[1:]:
                 doc["functions"] += other["functions"]
                 doc["devices"] += [d for d in other["devices"] if d not in doc["devices"]]

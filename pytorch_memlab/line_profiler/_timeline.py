@@ -15,6 +15,7 @@ from collections import deque
 from typing import Any, Callable, Optional, Sequence
 
 from .. import _sources
+from ..records.model import TimelineRow
 
 TIMELINE_LIMIT = 10_000
 ACTIVE_FIELD = "active_bytes.all.current"
@@ -53,7 +54,7 @@ class Timeline:
     """The readings after each call, oldest first, at most ``limit`` rows."""
 
     def __init__(self, limit: int = TIMELINE_LIMIT) -> None:
-        self._rows: deque[dict[str, Any]] = deque(maxlen=limit)
+        self._rows: deque[TimelineRow] = deque(maxlen=limit)
         self._calls = 0
         self._failed: Optional[BaseException] = None
 
@@ -72,8 +73,8 @@ class Timeline:
             self._rows.append({"call": self._calls, "device": label,
                                "active_bytes": active, "reserved_bytes": reserved})
 
-    def rows(self) -> list[dict[str, Any]]:
-        return [dict(row) for row in self._rows]
+    def rows(self) -> list[TimelineRow]:
+        return [TimelineRow(**row) for row in self._rows]
 
     def clear(self) -> None:
         self._rows.clear()

@@ -33,8 +33,8 @@ def marked_table(record: FunctionRecord, marks: dict[int, str]) -> str:
 def peak_line(record: FunctionRecord) -> Optional[LineRecord]:
     """The first line (in source order) that reached the function's peak."""
     top = record_peak(record)
-    for line in record["lines"]:
-        if line["count"] and line[PEAK] == top:
+    for line in record.lines:
+        if line.count and line.figures.get(PEAK) == top:
             return line
     return None
 

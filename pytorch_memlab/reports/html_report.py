@@ -180,9 +180,11 @@ def _timeline_svg(device: str, rows: Sequence[TimelineRow]) -> str:
              f'<text x="{left}" y="{height - 8}">call {first}</text>',
              f'<text x="{width - right}" y="{height - 8}" text-anchor="end">call {last}</text>']
     # reserved >= active: a wide pale line under a thin one, both visible when equal
-    for key, color, style in (("reserved_bytes", _RESERVED, 'stroke-width="6" opacity="0.55"'),
-                              ("active_bytes", _ACTIVE, 'stroke-width="2"')):
-        points = " ".join(f"{x(r['call']):.1f},{y(r[key]):.1f}" for r in rows)
+    for reserved, color, style in ((True, _RESERVED, 'stroke-width="6" opacity="0.55"'),
+                                   (False, _ACTIVE, 'stroke-width="2"')):
+        points = " ".join(f"{x(r['call']):.1f},"
+                          f"{y(r['reserved_bytes'] if reserved else r['active_bytes']):.1f}"
+                          for r in rows)
         parts.append(f'<polyline fill="none" stroke="{color}" {style} '
                      f'stroke-linejoin="round" points="{points}"/>')
     if len(rows) <= 200:
