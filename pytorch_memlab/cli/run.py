@@ -1,0 +1,209 @@
+"""``python -m pytorch_memlab run`` and ``view``: profile a script or module
+without editing it, and turn a saved profile into a report.
+
+``run`` registers each ``-f FUNC`` before the program starts (see
+``find_functions`` for how), runs the program as ``__main__`` with its own
+``sys.argv``, and when it ends, however it ends, prints the tables and writes
+``-o`` / ``--html``.  Its exit status is the program's: the code of a
+``SystemExit``, 1 after an uncaught exception (whose traceback is printed),
+130 after ``KeyboardInterrupt``.  Without ``-f``, every function defined in
+the script (or ``-m`` module) is profiled.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import traceback
+import types
+from typing import Any, Optional, Sequence
+from .program import Program, RunError
+from .register import Registrar, parse_func
+
+
+# ---- running -----------------------------------------------------------------------
+
+def _exit_status(code: Any) -> int:
+    """What the interpreter makes of ``SystemExit(code)``."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _print_traceback(exc: BaseException) -> None:
+    """The traceback from the program's own frames on, as Python prints it."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb)
+
+
+def _join_threads() -> None:
+    """Wait for the program's non-daemon threads, as the interpreter would."""
+    while True:
+        others = [t for t in threading.enumerate()
+                  if t is not threading.current_thread() and not t.daemon and t.is_alive()]
+        if not others:
+            return
+        for thread in others:
+            thread.join()
+
+
+_finished_mains: list[types.ModuleType] = []   # keep the program's globals alive
+
+
+def execute(program: Program, profiler: Any) -> tuple[int, Optional[BaseException]]:
+    """Run the program as __main__ with the profiler on: (status, exception)."""
+    main = types.ModuleType("__main__")
+    main.__dict__.update(program.globals)
+    saved = (sys.argv, sys.path[0] if sys.path else None, sys.modules.get("__main__"))
+    sys.argv = list(program.argv)
+    if program.path0 is not None and sys.path:
+        sys.path[0] = program.path0
+    sys.modules["__main__"] = main
+    status: int = 0
+    error: Optional[BaseException] = None
+    profiler.enable()
+    try:
+        try:
+            exec(program.code, main.__dict__)
+        finally:
+            _join_threads()
+    except SystemExit as exc:
+        status = _exit_status(exc.code)
+    except KeyboardInterrupt as exc:
+        status, error = 130, exc
+    except BaseException as exc:   # noqa: B902 -- the program's own error, reported below
+        status, error = 1, exc
+    finally:
+        profiler.disable()
+        _finished_mains.append(main)
+        sys.argv = saved[0]
+        if saved[1] is not None and program.path0 is not None:
+            sys.path[0] = saved[1]
+        if saved[2] is not None:
+            sys.modules["__main__"] = saved[2]
+    if error is not None:
+        profiler._note_exception(error)
+        _print_traceback(error)
+    return status, error
+
+
+def _check_output(path: Optional[str], allowed: Sequence[str], option: str) -> None:
+    if path is None:
+        return
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in allowed:
+        raise RunError(f"{option} {path!r}: the file name must end in {' or '.join(allowed)}")
+
+
+def _columns(values: Optional[Sequence[str]]) -> Optional[list[str]]:
+    if not values:
+        return None
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+
+
+def run_command(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except RunError as exc:
+        print(f"pytorch_memlab run: error: {exc}", file=sys.stderr)
+        return exc.status
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..distributed import rank_env
+    ranked = rank_env()
+    if ranked is None:
+        _check_output(args.output, (".json", ".csv"), "-o")
+    else:    # torchrun: -o names the folder of rank<R>.json files
+        args.output = args.output or os.environ.get("PYTORCH_MEMLAB_OUT")
+        if args.output and os.path.splitext(args.output)[1].lower() in (".json", ".csv"):
+            raise RunError(f"-o {args.output!r}: under torchrun -o names a folder, where "
+                           "each rank writes rank<R>.json")
+        if args.device is None:
+            args.device = ranked.device()
+    _check_output(args.html, (".html", ".htm"), "--html")
+    if args.module is not None:
+        program = Program.module_main(args.module, args.args)
+    else:
+        program = Program.script(args.script, args.args)
+    specs = [parse_func(raw) for raw in args.function or []]
+
+    from ..line_profiler import LineProfiler
+    try:
+        profiler = LineProfiler(device=args.device, columns=_columns(args.column))
+    except (ValueError, TypeError) as exc:
+        raise RunError(str(exc)) from None
+    registrar = Registrar(profiler, program)
+    if specs:
+        for spec in specs:
+            registrar.add(spec)
+    else:
+        registrar.add_all_main()
+
+    reporter = None
+    if ranked is not None:
+        from ..distributed import RankReporter
+        status = None
+        reporter = RankReporter(ranked, args.output,
+                                lambda: _document(profiler, program, status),
+                                lambda docs: _write_ranks_html(docs, args.html))
+        reporter.install()
+    registrar.install()
+    try:
+        status, _ = execute(program, profiler)
+    finally:
+        registrar.uninstall()
+    for raw in registrar.never_imported():
+        print(f"pytorch_memlab run: -f {raw}: its module was never imported, "
+              "so nothing of it was profiled", file=sys.stderr)
+    if reporter is not None:
+        sys.stdout.flush()
+        reporter.finish(failed=status != 0)
+        return status
+    _report(profiler, program, status, args)
+    return status
+
+
+def _document(profiler: Any, program: Program, status: Optional[int]) -> dict[str, Any]:
+    data: dict[str, Any] = profiler.to_dict()
+    data["run"] = {"argv": list(program.argv), "module": program.module,
+                   "exit_status": status}
+    return data
+
+
+def _write_ranks_html(docs: list[dict[str, Any]], path: Optional[str]) -> None:
+    if path is not None:
+        from ..html_report import write_ranks_report
+        write_ranks_report(docs, path)
+        print(f"pytorch_memlab: wrote {path}", file=sys.stderr)
+
+
+def _report(profiler: Any, program: Program, status: int, args: argparse.Namespace) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    profiler.print_stats()
+    if args.output is None and args.html is None:
+        return
+    from ..records.document import from_document
+    from ..records.saved import save
+    data = from_document(_document(profiler, program, status), "the profile")
+    for path, write in ((args.output, save), (args.html, _write_html)):
+        if path is None:
+            continue
+        try:
+            write(data, path)
+        except OSError as exc:
+            print(f"pytorch_memlab run: could not write {path}: {exc}", file=sys.stderr)
+        else:
+            print(f"pytorch_memlab: wrote {path}", file=sys.stderr)
+
+
+def _write_html(data: Any, path: str) -> None:
+    from ..html_report import write_report
+    write_report(data, path)
