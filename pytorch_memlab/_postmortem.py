@@ -134,7 +134,7 @@ def _cpu_figures(exc: BaseException) -> Dict[str, Any]:
                            "free_bytes": None, "total_bytes": None,
                            "largest_free_block_bytes": None}
     try:
-        from .line_profiler._timeline import read_totals
+        from .line_profiler.timeline import read_totals
         out["allocated_bytes"], out["reserved_bytes"] = read_totals("cpu", 0)
     except Exception:
         pass

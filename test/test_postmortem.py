@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from pytorch_memlab import LineProfiler, load  # noqa: E402
 from pytorch_memlab import _postmortem  # noqa: E402
-from pytorch_memlab.line_profiler._timeline import read_totals  # noqa: E402
+from pytorch_memlab.line_profiler.timeline import read_totals  # noqa: E402
 
 TOO_MUCH = 1 << 62
 BIG = 1 << 22

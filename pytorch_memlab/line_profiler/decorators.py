@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 
 from .columns import ColumnsArg, normalize_columns
 from ..common.devices import DeviceArg, resolve_devices
-from ._wrap import wrap_any
+from .wrapping import wrap_any
 from ..distributed import decorator_reporter, rank_device
 from .profiler import LineProfiler
 

@@ -14,8 +14,8 @@ from ..records.document import to_document
 from ..records.model import VERSION_KEYS, FunctionRecord, Profile, TimelineRow
 from ..records.select import selects
 from ..reports.display import ProfileDisplay, untraced_note
-from ._timeline import Timeline
-from ._tracerset import TracerSet
+from .timeline import Timeline
+from .tracers import TracerSet
 from .columns import ColumnsArg, normalize_columns, pick_columns
 from .functions import FunctionEntry, compiled_by_dynamo, resolve_function
 from .tracer_tables import Raised, build_records
@@ -187,7 +187,7 @@ class LineProfiler:
     @property
     def timeline(self) -> list[TimelineRow]:
         """Memory after each call of a ``profile_every`` function (see
-        ``_timeline``); empty for other profilers."""
+        ``timeline``); empty for other profilers."""
         return self._timeline.rows()
 
     # Decorated calls turn the profiler on while any of them runs (any thread);

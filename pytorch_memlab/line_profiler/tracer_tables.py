@@ -8,7 +8,7 @@ import types
 from typing import Optional, Sequence
 
 from ..records.model import FunctionRecord, LineRecord
-from ._tracerset import TracerStats
+from .tracers import TracerStats
 from .functions import FunctionEntry
 from .source_text import source_lines
 

@@ -14,7 +14,7 @@ import torch
 
 from ..line_profiler import LineProfiler
 from ..records.model import FunctionRecord
-from ..line_profiler._timeline import read_totals
+from ..line_profiler.timeline import read_totals
 
 PEAK = "active_bytes.all.peak"
 
