@@ -200,7 +200,7 @@ def source_fields(kind: str) -> tuple[str, ...]:
     return CudaFallbackSource().fields
 
 
-def _flatten(stats: dict) -> dict[str, int]:
+def _flatten(stats: dict[str, Any]) -> dict[str, int]:
     """Flatten a nested stats dict the way torch.cuda.memory_stats() does:
     dotted keys, tuple keys joined with "_", sorted."""
     items: list[tuple[str, int]] = []
@@ -240,7 +240,7 @@ class CudaFallbackSource:
         if self._fields is None:
             import torch
             if torch.cuda.is_available():
-                torch.cuda.init()
+                torch.cuda.init()  # type: ignore[no-untyped-call]  # torch: unannotated
                 keys = _flatten(torch._C._cuda_memoryStats(torch.cuda.current_device()))
                 self._fields = tuple(k for k in keys if not k.startswith(_DYNAMIC_PREFIX))
             else:
@@ -251,7 +251,7 @@ class CudaFallbackSource:
         import torch
         if not torch.cuda.is_available():
             raise RuntimeError("CUDA is not available: no CUDA device, or a CPU-only torch")
-        torch.cuda.init()
+        torch.cuda.init()  # type: ignore[no-untyped-call]  # torch: unannotated
         count = torch.cuda.device_count()
         if not 0 <= device < count:
             raise RuntimeError(f"CUDA device {device} does not exist ({count} visible)")

@@ -51,7 +51,7 @@ class TracerSet:
         try:
             for slot, tracer in zip(self.slots, self.tracers):
                 if slot.kind == "cuda":
-                    torch.cuda.init()   # the allocator's stats exist only after it
+                    torch.cuda.init()  # type: ignore[no-untyped-call]  # torch: unannotated; the allocator's stats exist only after it
                     if slot.follows_target and tracer.device != current_target():
                         tracer.set_device(current_target())
                 tracer.enable()
