@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytorch_memlab import _sources
+from pytorch_memlab import native
 
 _CUDA_OTHER_COLUMNS = ("active_bytes.all.current/peak, reserved_bytes.all.current/peak, "
                        "and per thread allocated_bytes.all.allocated/freed and "
@@ -20,21 +20,20 @@ def info() -> dict[str, Any]:
     (or which columns still poll when it pushes)."""
     import torch
 
-    from pytorch_memlab import _tracer
     from pytorch_memlab.line_profiler.columns import DEFAULT_COLUMNS, GROWTH_FIELD
-    shim, error = _sources._load_shim()
+    shim, error = native._load_shim()
     result: dict[str, Any] = {
         "torch": torch.__version__,
-        "mechanism": _tracer.MECHANISM,
+        "mechanism": native.MECHANISM,
         "shim": None if shim is None else getattr(shim, "__file__", "loaded"),
         "shim_error": None if error is None else str(error),
         "built_against": None if shim is None else getattr(shim, "TORCH_VERSION", None),
         "sources": {},
     }
-    for kind in _sources.KINDS:
-        capsule, why = _sources._shim_capsule(kind)
+    for kind in native.KINDS:
+        capsule, why = native._shim_capsule(kind)
         if kind == "cuda" and capsule is not None and shim is not None:
-            push, why_not = _sources.cuda_push_choice(DEFAULT_COLUMNS + (GROWTH_FIELD,))
+            push, why_not = native.cuda_push_choice(DEFAULT_COLUMNS + (GROWTH_FIELD,))
             if push is not None:
                 entry = {"source": "shim", "path": "push", "why": None,
                          "note": _CUDA_OTHER_COLUMNS}

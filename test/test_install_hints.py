@@ -113,15 +113,15 @@ MISMATCH = """
     import torch
     real = str(torch.__version__)
     torch.__version__ = "{fake}"
-    from pytorch_memlab import _sources
+    from pytorch_memlab import native
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        src = _sources.get_source("cuda")
+        src = native.get_source("cuda")
     print(type(src).__name__)
     for w in caught:
         print("WARNING", w.message)
     try:
-        _sources.get_source("cpu")
+        native.get_source("cpu")
     except RuntimeError as exc:
         print("CPU", exc)
     else:

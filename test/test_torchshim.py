@@ -1,4 +1,4 @@
-"""The torch shim (src/torchshim/) and its Python face, pytorch_memlab._sources.
+"""The torch shim (src/torchshim/) and its Python face, pytorch_memlab.native.
 
 CPU tests run everywhere torch does; CUDA tests skip without a GPU.  Tests
 that could abort the process (a bad allocator wrapper trips internal asserts
@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytorch_memlab import _sources  # noqa: E402
+from pytorch_memlab import native  # noqa: E402
 
 shim = pytest.importorskip("pytorch_memlab._torchshim")
 
@@ -42,10 +42,10 @@ def cpu_source():
 
 
 def test_cpu_fields_match_python_constant_and_tracer():
-    assert shim.fields("cpu") == _sources.CPU_FIELDS
-    assert len(set(_sources.CPU_FIELDS)) == 12
+    assert shim.fields("cpu") == native.CPU_FIELDS
+    assert len(set(native.CPU_FIELDS)) == 12
     tracer = pytest.importorskip("pytorch_memlab._tracer")
-    assert tracer.source_info(shim.cpu_source) == ("cpu", _sources.CPU_FIELDS)
+    assert tracer.source_info(shim.cpu_source) == ("cpu", native.CPU_FIELDS)
 
 
 def test_cpu_exact_bytes(cpu_source):
@@ -196,7 +196,7 @@ def test_cuda_source_names():
                  "num_alloc_retries", "num_ooms", "max_split_size"):
         assert name in fields
     # Everything torch 2.11 reports is there; newer torch may add more.
-    assert set(_sources._CUDA_DEFAULT_FIELDS) <= set(fields)
+    assert set(native._CUDA_DEFAULT_FIELDS) <= set(fields)
     tracer = pytest.importorskip("pytorch_memlab._tracer")
     assert tracer.source_info(shim.cuda_source) == ("cuda", fields)
 
@@ -268,26 +268,26 @@ def test_cuda_bad_device_is_an_error_not_a_crash(cuda_ready):
 @pytest.mark.cuda
 @requires_cuda
 def test_cuda_fallback_agrees_with_shim(cuda_ready):
-    fallback = _sources.CudaFallbackSource()
+    fallback = native.CudaFallbackSource()
     fallback.prepare(0)
     assert fallback.fields == shim.fields("cuda")
     x = torch.empty(MiB, dtype=torch.uint8, device="cuda:0")
     assert list(fallback.sample(0)) == list(shim.sample("cuda", 0))
     del x
-    assert _sources._flatten(torch._C._cuda_memoryStats(0)) == dict(torch.cuda.memory_stats(0))
+    assert native._flatten(torch._C._cuda_memoryStats(0)) == dict(torch.cuda.memory_stats(0))
 
 
 # --------------------------------------------------------------------------
-# _sources: the shim path and the fallback path
+# native: the shim path and the fallback path
 
 
 def test_get_source_returns_capsules():
-    assert _sources.get_source("cpu") is shim.cpu_source
+    assert native.get_source("cpu") is shim.cpu_source
     if hasattr(shim, "cuda_source"):
-        assert _sources.get_source("cuda") is shim.cuda_source
-    assert _sources.source_fields("cpu") == shim.fields("cpu")
+        assert native.get_source("cuda") is shim.cuda_source
+    assert native.source_fields("cpu") == shim.fields("cpu")
     with pytest.raises(ValueError, match="unknown source kind"):
-        _sources.get_source("tpu")
+        native.get_source("tpu")
 
 
 @pytest.fixture
@@ -295,27 +295,27 @@ def no_shim(monkeypatch):
     def broken():
         raise ImportError("simulated: undefined symbol after a torch upgrade")
 
-    monkeypatch.setattr(_sources, "_import_shim", broken)
-    monkeypatch.setattr(_sources, "_shim_state", None)
-    monkeypatch.setattr(_sources, "_warned", False)
-    monkeypatch.delenv(_sources.REQUIRE_SHIM_ENV, raising=False)
+    monkeypatch.setattr(native, "_import_shim", broken)
+    monkeypatch.setattr(native, "_shim_state", None)
+    monkeypatch.setattr(native, "_warned", False)
+    monkeypatch.delenv(native.REQUIRE_SHIM_ENV, raising=False)
 
 
 def test_fallback_warns_once(no_shim):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        first = _sources.get_source("cuda")
-        second = _sources.get_source("cuda")
+        first = native.get_source("cuda")
+        second = native.get_source("cuda")
     messages = [str(w.message) for w in caught]
     assert len(messages) == 1, messages
-    assert _sources.rebuild_command() in messages[0]
+    assert native.rebuild_command() in messages[0]
     assert "simulated" in messages[0]
     for source in (first, second):
-        assert isinstance(source, _sources.CudaFallbackSource)
+        assert isinstance(source, native.CudaFallbackSource)
         assert source.name == "cuda"
         assert len(source.fields) >= 122
     if not torch.cuda.is_available():
-        assert first.fields == _sources._CUDA_DEFAULT_FIELDS
+        assert first.fields == native._CUDA_DEFAULT_FIELDS
         with pytest.raises(RuntimeError, match="CUDA is not available"):
             first.prepare(0)
 
@@ -324,20 +324,20 @@ def test_fallback_cpu_is_a_clear_error(no_shim):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no fallback warning for CPU: it is an error
         with pytest.raises(RuntimeError, match="CPU memory profiling needs") as info:
-            _sources.get_source("cpu")
-    assert _sources.rebuild_command() in str(info.value)
-    assert _sources.source_fields("cpu") == _sources.CPU_FIELDS
+            native.get_source("cpu")
+    assert native.rebuild_command() in str(info.value)
+    assert native.source_fields("cpu") == native.CPU_FIELDS
 
 
 def test_require_shim_env_makes_missing_shim_an_import_error(no_shim, monkeypatch):
-    monkeypatch.setenv(_sources.REQUIRE_SHIM_ENV, "1")
+    monkeypatch.setenv(native.REQUIRE_SHIM_ENV, "1")
     for kind in ("cuda", "cpu"):
-        with pytest.raises(ImportError, match=_sources.REQUIRE_SHIM_ENV):
-            _sources.get_source(kind)
+        with pytest.raises(ImportError, match=native.REQUIRE_SHIM_ENV):
+            native.get_source(kind)
 
 
 def test_default_cuda_fields_are_torch_2_11s_122():
-    fields = _sources._CUDA_DEFAULT_FIELDS
+    fields = native._CUDA_DEFAULT_FIELDS
     assert len(fields) == len(set(fields)) == 122
     assert list(fields) == sorted(fields)
 
@@ -348,7 +348,7 @@ def test_flatten_matches_memory_stats_rules():
         "active_bytes": {"all": {"peak": 5, "current": 2}},
         "reserved_bytes_by_private_pools": {(0, 1): {"all": {"current": 7}}},
     }
-    flat = _sources._flatten(nested)
+    flat = native._flatten(nested)
     assert list(flat) == ["active_bytes.all.current", "active_bytes.all.peak",
                           "num_ooms", "reserved_bytes_by_private_pools.0_1.all.current"]
     assert flat["reserved_bytes_by_private_pools.0_1.all.current"] == 7

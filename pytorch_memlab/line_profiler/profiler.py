@@ -7,7 +7,7 @@ import types
 from typing import IO, TYPE_CHECKING, Any, Callable, Optional, Union
 
 from .. import _postmortem
-from .. import _tracer
+from .. import native
 from ..common.devices import DeviceArg, add_follower, note_cpu_fallback, resolve_devices
 from ..records import saved
 from ..records.document import to_document
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 # while switching it off and on around each call makes CPython re-instrument
 # every code object that runs afterwards, so there it stays on until
 # disable() or interpreter exit (all tracers share one tool id).
-PARK_BETWEEN_CALLS = _tracer.MECHANISM == "monitoring"
+PARK_BETWEEN_CALLS = native.MECHANISM == "monitoring"
 
 
 class LineProfiler:

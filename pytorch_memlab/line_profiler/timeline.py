@@ -14,7 +14,7 @@ import warnings
 from collections import deque
 from typing import Callable, Optional, Sequence
 
-from .. import _sources
+from .. import native
 from ..records.model import TimelineRow
 
 TIMELINE_LIMIT = 10_000
@@ -26,11 +26,10 @@ _readers: dict[str, Reader] = {}
 
 
 def _make_reader(kind: str) -> Reader:
-    source = _sources.get_source(kind)
+    source = native.get_source(kind)
     if type(source).__name__ == "PyCapsule":
-        from .. import _torchshim
-        sample: Callable[[int], Sequence[int]] = lambda device: _torchshim.sample(kind, device)
-        fields = list(_sources.source_fields(kind))
+        sample: Callable[[int], Sequence[int]] = lambda device: native.sample(kind, device)
+        fields = list(native.source_fields(kind))
     else:
         sample = source.sample
         fields = list(source.fields)

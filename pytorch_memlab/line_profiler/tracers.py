@@ -6,7 +6,7 @@ from typing import Sequence
 
 import torch
 
-from .. import _sources, _tracer
+from .. import native
 from .columns import GROWTH_FIELD, check_columns
 from ..common.devices import DeviceSlot, current_target, label
 
@@ -19,16 +19,16 @@ class TracerSet:
 
     def __init__(self, slots: Sequence[DeviceSlot], columns: tuple[str, ...]) -> None:
         self.slots = list(slots)
-        self.tracers: list[_tracer.Tracer] = []
+        self.tracers: list[native.Tracer] = []
         for slot in self.slots:
-            fields = _sources.source_fields(slot.kind)
+            fields = native.source_fields(slot.kind)
             where = f"the {slot.kind} memory source"
             check_columns(columns, fields, where)
             check_columns((GROWTH_FIELD,), fields, where)
             index = current_target() if slot.follows_target else slot.index
             assert index is not None
-            source = _sources.get_source(slot.kind, tuple(columns) + (GROWTH_FIELD,))
-            self.tracers.append(_tracer.Tracer(source, index, columns,
+            source = native.get_source(slot.kind, tuple(columns) + (GROWTH_FIELD,))
+            self.tracers.append(native.Tracer(source, index, columns,
                                                growth_field=GROWTH_FIELD))
 
     @property

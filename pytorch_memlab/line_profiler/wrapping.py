@@ -12,7 +12,7 @@ import inspect
 import types
 from typing import Any, Callable, Optional
 
-from .. import _tracer
+from .. import native
 from .functions import resolve_function
 from .profiler import LineProfiler
 
@@ -22,8 +22,8 @@ AfterCall = Callable[[Optional[BaseException]], None]
 
 def _enter(profiler: LineProfiler, code: Optional[types.CodeType] = None) -> None:
     profiler._enter_call(code)   # code: counted, to tell when its lines were not traced
-    if _tracer.MECHANISM == "settrace":
-        _tracer.install_thread_hook()   # threads that existed before enable()
+    if native.MECHANISM == "settrace":
+        native.install_thread_hook()   # threads that existed before enable()
 
 
 def _leave(profiler: LineProfiler, exc: Optional[BaseException],

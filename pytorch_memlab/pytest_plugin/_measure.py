@@ -33,10 +33,9 @@ def count_cpu_from_now() -> None:
     """Install the CPU allocator's counting wrapper (once per process) before
     the test's fixtures run, so that what they allocate is counted as live
     at the start (memory allocated before the wrapper is never counted)."""
-    from .. import _sources
-    _sources.get_source("cpu")         # RuntimeError naming the fix without the shim
-    from .. import _torchshim
-    _torchshim.prepare("cpu", 0)
+    from .. import native
+    native.get_source("cpu")           # RuntimeError naming the fix without the shim
+    native.prepare("cpu", 0)
 
 
 def _kind_index(label: str) -> tuple[str, int]:

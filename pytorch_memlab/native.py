@@ -1,4 +1,7 @@
-"""Where memory readings come from: the compiled torch shim, or a slow fallback.
+"""The one boundary to native code: nothing else in the package imports the
+tracer extension (``_tracer``) or the torch shim (``_torchshim``).
+
+Where memory readings come from: the compiled torch shim, or a slow fallback.
 
 ``get_source(kind)`` returns what the tracer samples for ``kind`` ("cuda" or
 "cpu"): the shim's PyCapsule when ``pytorch_memlab._torchshim`` loads (fast,
@@ -13,9 +16,22 @@ import importlib
 import os
 import warnings
 from types import ModuleType
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
+from pytorch_memlab import _tracer
 from pytorch_memlab._install import rebuild_command
+from pytorch_memlab._tracer import Tracer
+
+# The line-event mechanism in use: "monitoring" (3.12+) or "settrace".
+MECHANISM: str = _tracer.MECHANISM
+
+__all__ = ["MECHANISM", "Tracer", "get_source", "install_thread_hook", "prepare",
+           "sample", "source_fields"]
+
+
+def install_thread_hook() -> None:
+    """settrace: hook the calling thread (threads that existed before enable())."""
+    _tracer.install_thread_hook()
 
 REQUIRE_SHIM_ENV = "PYTORCH_MEMLAB_REQUIRE_SHIM"
 KINDS = ("cuda", "cpu")
@@ -264,3 +280,15 @@ class CudaFallbackSource:
     def reset_peaks(self, device: int) -> None:
         import torch
         torch.cuda.reset_peak_memory_stats(device)
+
+
+def sample(kind: str, device: int) -> Sequence[int]:
+    """One reading of the shim's ``kind`` source, its fields in order
+    (``source_fields``); needs the shim."""
+    return tuple(_import_shim().sample(kind, device))
+
+
+def prepare(kind: str, device: int) -> None:
+    """Attach the shim's counting to ``kind`` now (the CPU allocator's wrapper
+    counts only what is allocated after it)."""
+    _import_shim().prepare(kind, device)
