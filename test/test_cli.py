@@ -270,15 +270,36 @@ def test_demo_still_runs(tmp_path):
     assert "## train_step" in out.stdout
 
 
-def test_split_of_run_arguments():
-    from pytorch_memlab.cli import split_run_argv
-    assert split_run_argv(["-f", "a", "-dcpu", "s.py", "-f", "x"]) == (
-        ["-f", "a", "-dcpu", "s.py"], ["-f", "x"])
-    assert split_run_argv(["-o", "o.json", "-m", "pkg.mod", "-m", "y"]) == (
-        ["-o", "o.json", "-m", "pkg.mod"], ["-m", "y"])
-    assert split_run_argv(["-mpkg", "a"]) == (["-mpkg"], ["a"])
-    assert split_run_argv(["--html", "r.html", "--", "-odd.py", "z"]) == (
-        ["--html", "r.html", "--", "-odd.py"], ["z"])
+@pytest.mark.parametrize("argv, module, script, program_args", [
+    (["-f", "a", "-dcpu", "s.py", "-f", "x"], None, "s.py", ["-f", "x"]),
+    (["-o", "o.json", "-m", "pkg.mod", "-m", "y"], "pkg.mod", None, ["-m", "y"]),
+    (["-mpkg", "a", "-f", "b"], "pkg", None, ["a", "-f", "b"]),
+    (["--html", "r.html", "--", "-odd.py", "z"], None, "-odd.py", ["z"]),
+    (["s.py", "--", "-x"], None, "s.py", ["--", "-x"]),
+    (["s.py"], None, "s.py", []),
+])
+def test_run_arguments_after_the_program_are_its_own(argv, module, script, program_args):
+    # As with `python script.py ...`: run's options stop at the script or -m MODULE.
+    from pytorch_memlab.__main__ import _parser
+    from pytorch_memlab.cli import parse_run
+    parser, run = _parser()
+    args = parse_run(parser, run, ["run"] + argv)
+    assert (args.module, args.script, args.args) == (module, script, program_args)
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "name one script, or -m MODULE"),
+    (["-f", "a"], "name one script, or -m MODULE"),
+    (["-m"], "-m needs a MODULE"),
+])
+def test_run_without_a_program_is_a_usage_error(argv, message, capsys):
+    from pytorch_memlab.__main__ import _parser
+    from pytorch_memlab.cli import parse_run
+    parser, run = _parser()
+    with pytest.raises(SystemExit) as exc:
+        parse_run(parser, run, ["run"] + argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("content", [b"\xff\xfe\x00garbage", b"not json at all", b'{"x": 1}', None])

@@ -5,32 +5,6 @@ import argparse
 from typing import Any, Sequence
 
 
-# ---- the command line --------------------------------------------------------------
-
-# run's options that take a value: their value is never the script
-_VALUE_OPTIONS = {"-f", "--function", "-d", "--device", "-c", "--column", "-o", "--output",
-                  "--html"}
-
-
-def split_run_argv(tokens: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(run's own options up to the script or ``-m MODULE``, the program's
-    arguments): everything after the script belongs to the program, as with
-    ``python script.py ...``."""
-    i = 0
-    while i < len(tokens):
-        token = tokens[i]
-        if token == "--":   # the script follows, even if its name starts with "-"
-            return list(tokens[:i + 2]), list(tokens[i + 2:])
-        if token == "-m":
-            return list(tokens[:i + 2]), list(tokens[i + 2:])
-        if token.startswith("-m") and not token.startswith("--"):
-            return list(tokens[:i + 1]), list(tokens[i + 1:])
-        if token == "-" or not token.startswith("-"):
-            return list(tokens[:i + 1]), list(tokens[i + 1:])
-        i += 2 if token in _VALUE_OPTIONS else 1
-    return list(tokens), []
-
-
 def add_run_parser(commands: Any) -> argparse.ArgumentParser:
     run: argparse.ArgumentParser = commands.add_parser(
         "run", help="profile a script or module without editing it",
@@ -53,9 +27,13 @@ def add_run_parser(commands: Any) -> argparse.ArgumentParser:
                      help="write the profile to OUT: .json (read back with pytorch_memlab.load "
                           "or `view`) or .csv")
     run.add_argument("--html", metavar="OUT.html", help="write the HTML report to OUT.html")
-    run.add_argument("-m", dest="module", metavar="MODULE",
+    # As with ``python``, whatever follows the script (or -m MODULE) is the
+    # program's own, options included: hence the two REMAINDERs.  Checked to
+    # split alike on the argparse of 3.11, 3.12 and 3.13 (test_cli.py).
+    run.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE",
                      help="run a module as `python -m MODULE` does")
-    run.add_argument("script", nargs="?", help="the script to run")
+    run.add_argument("program", nargs=argparse.REMAINDER, metavar="script.py [args...]",
+                     help="the script to run, and its arguments")
     return run
 
 
@@ -73,10 +51,19 @@ def add_view_parser(commands: Any) -> argparse.ArgumentParser:
 
 def parse_run(parser: argparse.ArgumentParser, run: argparse.ArgumentParser,
               argv: Sequence[str]) -> argparse.Namespace:
-    """``argv`` starts with "run"."""
-    own, program_args = split_run_argv(argv[1:])
-    args = parser.parse_args([argv[0]] + own)
-    if (args.script is None) == (args.module is None):
+    """``argv`` starts with "run".  Sets ``args.module`` (a name or None),
+    ``args.script`` (a path or None) and ``args.args`` (the program's)."""
+    args = parser.parse_args(argv)
+    program: list[str] = args.program
+    if program[:1] == ["--"]:   # `run [options] -- -odd.py`: REMAINDER keeps the "--"
+        program = program[1:]
+    if args.module is not None:
+        if not args.module:
+            run.error("-m needs a MODULE")
+        # ``-mpkg a``: argparse gives -m only its attached value; the rest is the program's
+        args.module, args.script, args.args = args.module[0], None, args.module[1:] + program
+    elif program:
+        args.script, args.args = program[0], program[1:]
+    else:
         run.error("name one script, or -m MODULE")
-    args.args = program_args
     return args
