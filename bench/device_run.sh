@@ -12,7 +12,7 @@ STAGES=${STAGES:-build test bench notebook}
 summary=()
 
 if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/calmsize*.whl $(ls .whl/line_profiler*.whl 2>/dev/null)
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls .whl/calmsize*.whl .whl/line_profiler*.whl 2>/dev/null)
     rm -rf /tmp/old && mkdir -p /tmp/old && (cd /tmp/old && python3 -m zipfile -e "$OLDPWD"/.whl/pytorch_memlab-*.whl . \
         && mv pytorch_memlab old_pytorch_memlab && rm -rf pytorch_memlab-*.dist-info)
     # IPython, ipykernel, nbclient and their needs, for the magics and notebook

@@ -5,6 +5,8 @@ A *source* is either a PyCapsule named "pytorch_memlab.memlab_source" holding a
 
     name: str
     fields: tuple[str, ...]                 # e.g. "active_bytes.all.peak"
+    kinds: tuple[str, ...]                  # per field: "level", "peak" or "counter"
+    units: tuple[str, ...]                  # optional, per field: "count" (default), "bytes"
     def prepare(self, device: int) -> None
     def sample(self, device: int) -> Sequence[int]   # len(fields) ints
     def reset_peaks(self, device: int) -> None
@@ -14,15 +16,16 @@ and optionally the push path (all three, or the source is polled):
     def open_reader(self, device: int) -> int        # a fresh peak register
     def close_reader(self, device: int, reader: int) -> None
     def read(self, device: int, reader: int) -> Sequence[int]
-        # like sample(), but "*.peak" is this reader's peak since its last read
-        # (then rearmed), "*.allocated"/"*.freed" the calling thread's own
-        # totals; nothing shared is reset.  One reader per thread's stack of
-        # profiled frames.
+        # like sample(), but a peak field is this reader's peak since its last
+        # read (then rearmed), a counter the calling thread's own total;
+        # nothing shared is reset.  One reader per thread's stack of profiled
+        # frames.
 
-How a column is aggregated is decided by its name's last dotted part:
-  "peak"                -> per line execution: peak during the line; over executions: max
-  "allocated" / "freed" -> counters: delta during the line; over executions: sum
-  anything else          -> value at the end of the line; over executions: max
+How a column is aggregated is decided by its field's kind, which the source
+declares (a capsule in its memlab_field table, a Python source in ``kinds``):
+  "peak"    -> per line execution: peak during the line; over executions: max
+  "counter" -> delta during the line; over executions: sum
+  "level"   -> value at the end of the line; over executions: max
 """
 from types import CodeType
 from typing import Any, Sequence
@@ -33,6 +36,10 @@ Set PYTORCH_MEMLAB_TRACER=settrace before import to force the latter."""
 
 def source_info(source: Any, /) -> tuple[str, tuple[str, ...]]:
     """(name, fields) of a capsule or Python source."""
+
+def field_table(source: Any, /) -> tuple[tuple[str, str, str], ...]:
+    """(name, kind, unit) of each field of a capsule or Python source: kind
+    "level", "peak" or "counter", unit "count" or "bytes"."""
 
 def install_thread_hook() -> bool:
     """settrace mechanism only: hook the calling thread if any tracer is

@@ -16,7 +16,7 @@ import importlib
 import os
 import warnings
 from types import ModuleType
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, NamedTuple, Optional, Sequence
 
 from pytorch_memlab import _tracer
 from pytorch_memlab._install import rebuild_command
@@ -25,8 +25,17 @@ from pytorch_memlab._tracer import Tracer
 # The line-event mechanism in use: "monitoring" (3.12+) or "settrace".
 MECHANISM: str = _tracer.MECHANISM
 
-__all__ = ["MECHANISM", "Tracer", "get_source", "install_thread_hook", "prepare",
-           "sample", "source_fields"]
+__all__ = ["MECHANISM", "Field", "Tracer", "field_meaning", "field_table", "get_source",
+           "install_thread_hook", "prepare", "sample", "source_fields"]
+
+
+class Field(NamedTuple):
+    """What a source's field is, as its source declares it
+    (``memlab_field`` in include/memlab/source.h)."""
+
+    name: str       # e.g. "active_bytes.all.peak"
+    kind: str       # "level", "peak" (highest level since the last reading) or "counter"
+    unit: str       # "bytes" or "count"
 
 
 def install_thread_hook() -> None:
@@ -36,27 +45,7 @@ def install_thread_hook() -> None:
 REQUIRE_SHIM_ENV = "PYTORCH_MEMLAB_REQUIRE_SHIM"
 KINDS = ("cuda", "cpu")
 
-# Fields of the shim's CPU source (src/torchshim/cpu_source.cpp), so that
-# source_fields("cpu") answers even without the shim.
-CPU_FIELDS: tuple[str, ...] = tuple(
-    f"{family}.all.{metric}"
-    for family in ("active_bytes", "allocation", "reserved_bytes")
-    for metric in ("allocated", "current", "freed", "peak")
-)
-
-# Keys of torch.cuda.memory_stats() on torch 2.11 (sorted, 122).  Used only
-# for the fallback's field names when CUDA is not available to ask.
-_CUDA_ARRAYS = ("allocation", "segment", "active", "inactive_split", "allocated_bytes",
-                "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes")
-_CUDA_STATS = ("oversize_allocations", "oversize_segments")
-_CUDA_SCALARS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams",
-                 "num_device_alloc", "num_device_free", "max_split_size")
-_METRICS = ("current", "peak", "allocated", "freed")
-_CUDA_DEFAULT_FIELDS: tuple[str, ...] = tuple(sorted(
-    [f"{a}.{pool}.{m}" for a in _CUDA_ARRAYS
-     for pool in ("all", "small_pool", "large_pool") for m in _METRICS]
-    + [f"{s}.{m}" for s in _CUDA_STATS for m in _METRICS]
-    + list(_CUDA_SCALARS)))
+_NO_CUDA = "CUDA is not available: no CUDA device, or a CPU-only torch"
 
 # Per-pool keys come and go with torch.cuda.MemPool objects: not a fixed
 # column, so neither the shim nor the fallback offers them.
@@ -155,7 +144,7 @@ def cuda_push_choice(columns: Optional[Iterable[str]] = None) -> tuple[Any, Opti
 def _warn_resets(columns: Optional[Iterable[str]], why: Optional[str]) -> None:
     """Once per process: polling a *.peak column resets the user's peaks."""
     global _warned_resets
-    peaks = [c for c in columns or () if c.endswith(".peak")]
+    peaks = [c for c in columns or () if field_meaning(c).kind == "peak"]
     if _warned_resets or not peaks:
         return
     _warned_resets = True
@@ -204,16 +193,56 @@ def get_source(kind: str, columns: Optional[Iterable[str]] = None) -> Any:
 
 
 def source_fields(kind: str) -> tuple[str, ...]:
-    """Field (column) names ``get_source(kind)`` offers.  Never warns."""
+    """Field (column) names ``get_source(kind)`` offers.  Never warns; without
+    the shim, RuntimeError where there is nothing to read (CPU; CUDA on a
+    machine without it)."""
+    return tuple(field.name for field in field_table(kind))
+
+
+def field_table(kind: str) -> tuple[Field, ...]:
+    """Every field of ``kind``'s source, with its kind and unit, as the
+    source declares them."""
     _check_kind(kind)
-    capsule, _ = _shim_capsule(kind)
+    capsule, error = _shim_capsule(kind)
     if capsule is not None:
-        shim, _ = _load_shim()
-        assert shim is not None
-        return tuple(shim.fields(kind))
-    if kind == "cpu":
-        return CPU_FIELDS
-    return CudaFallbackSource().fields
+        source: Any = capsule
+    elif kind == "cpu":
+        raise RuntimeError(
+            "CPU memory profiling needs the compiled torch shim "
+            f"(pytorch_memlab._torchshim), which is unavailable ({error}); rebuild it "
+            f"against the installed torch: {rebuild_command()}") from error
+    else:
+        source = CudaFallbackSource()
+    return tuple(Field(*row) for row in _tracer.field_table(source))
+
+
+_meanings: Optional[dict[str, Field]] = None
+
+
+def field_meaning(column: str) -> Field:
+    """Kind and unit of ``column``: as the shim's sources declare it, or,
+    for a field no loaded source describes (a saved profile viewed without
+    torch), as torch names it."""
+    global _meanings
+    if _meanings is None:
+        _meanings = {}
+        for kind in ("cuda", "cpu"):
+            if _shim_capsule(kind)[0] is not None:
+                _meanings.update((f.name, f) for f in field_table(kind))
+    return _meanings.get(column) or _torch_meaning(column)
+
+
+def _torch_meaning(key: str) -> Field:
+    """torch.cuda.memory_stats() says what a key measures only through its
+    name: "<family>[.<pool>].<metric>" with metric current / peak /
+    allocated / freed, bytes when the family ends in "_bytes", plus scalars
+    (counts, except max_split_size).  The rule for the fallback source, which
+    has no contract to read."""
+    family, _, _ = key.partition(".")
+    metric = key.rsplit(".", 1)[-1] if "." in key else ""
+    kind = {"peak": "peak", "allocated": "counter", "freed": "counter"}.get(metric, "level")
+    unit = "bytes" if family.endswith("_bytes") or key == "max_split_size" else "count"
+    return Field(key, kind, unit)
 
 
 def _flatten(stats: dict[str, Any]) -> dict[str, int]:
@@ -242,8 +271,8 @@ class CudaFallbackSource:
     (tens of µs per sample, against well under 1 µs for the shim).
 
     Its fields are the keys of ``torch.cuda.memory_stats()`` on this torch:
-    asking for them initialises CUDA if it is available.  Without CUDA they are
-    torch 2.11's 122 keys, and prepare() fails.
+    asking for them initialises CUDA, and without CUDA is a RuntimeError.
+    Their kinds and units follow torch's naming (``_torch_meaning``).
     """
 
     name = "cuda"
@@ -255,18 +284,25 @@ class CudaFallbackSource:
     def fields(self) -> tuple[str, ...]:
         if self._fields is None:
             import torch
-            if torch.cuda.is_available():
-                torch.cuda.init()  # type: ignore[no-untyped-call]  # torch: unannotated
-                keys = _flatten(torch._C._cuda_memoryStats(torch.cuda.current_device()))
-                self._fields = tuple(k for k in keys if not k.startswith(_DYNAMIC_PREFIX))
-            else:
-                self._fields = _CUDA_DEFAULT_FIELDS
+            if not torch.cuda.is_available():
+                raise RuntimeError(_NO_CUDA)
+            torch.cuda.init()  # type: ignore[no-untyped-call]  # torch: unannotated
+            keys = _flatten(torch._C._cuda_memoryStats(torch.cuda.current_device()))
+            self._fields = tuple(k for k in keys if not k.startswith(_DYNAMIC_PREFIX))
         return self._fields
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(_torch_meaning(name).kind for name in self.fields)
+
+    @property
+    def units(self) -> tuple[str, ...]:
+        return tuple(_torch_meaning(name).unit for name in self.fields)
 
     def prepare(self, device: int) -> None:
         import torch
         if not torch.cuda.is_available():
-            raise RuntimeError("CUDA is not available: no CUDA device, or a CPU-only torch")
+            raise RuntimeError(_NO_CUDA)
         torch.cuda.init()  # type: ignore[no-untyped-call]  # torch: unannotated
         count = torch.cuda.device_count()
         if not 0 <= device < count:

@@ -3,6 +3,7 @@
 Runs on 3.11, 3.12 and 3.13, under both mechanisms on 3.12+ (no torch)."""
 import asyncio
 import gc
+import re
 import subprocess
 import sys
 import textwrap
@@ -102,6 +103,69 @@ def test_source_info():
     name, fields = _tracer.source_info(_tracer.manual_source)
     assert name == "manual"
     assert fields == ("bytes.current", "bytes.peak", "bytes.allocated", "bytes.freed")
+
+
+def test_field_table_is_what_the_source_declares():
+    assert _tracer.field_table(_tracer.manual_source) == (
+        ("bytes.current", "level", "bytes"), ("bytes.peak", "peak", "bytes"),
+        ("bytes.allocated", "counter", "bytes"), ("bytes.freed", "counter", "bytes"))
+
+
+class Ticking:
+    """One field, "x", read 10 higher at every sample; its kind as given."""
+    name = "ticking"
+    fields = ("x",)
+
+    def __init__(self, kinds):
+        self.kinds = kinds
+        self.n = 0
+
+    def prepare(self, device):
+        pass
+
+    def reset_peaks(self, device):
+        pass
+
+    def sample(self, device):
+        self.n += 10
+        return (self.n,)
+
+
+def three_lines():
+    a = 1
+    b = 2
+    return a + b
+
+
+@pytest.mark.parametrize("kind, figures", [
+    ("counter", [30, 30, 30]),   # 10 per execution of each line, summed over 3 calls
+    ("level", [140, 150, 160]),  # the reading at the end of the line, its last call
+])
+def test_the_declared_kind_folds_a_field_whatever_its_name(kind, figures):
+    # "x" says nothing by its name: only the declared kind decides.
+    tracer = _tracer.Tracer(Ticking((kind,)), 0, ["x"])
+    tracer.add_code(three_lines.__code__)
+    tracer.enable()
+    for _ in range(3):
+        three_lines()
+    tracer.disable()
+    lines = sorted(tracer.stats()[three_lines.__code__].items())
+    assert [values[0] for _, (_, _, values) in lines] == figures
+    assert _tracer.field_table(Ticking((kind,))) == (("x", kind, "count"),)
+
+
+@pytest.mark.parametrize("kinds, error, message", [
+    (None, TypeError, "needs `kinds`: 'level', 'peak' or 'counter' for each field"),
+    ((), ValueError, "0 kinds for 1 fields"),
+    (("lvl",), ValueError, "kinds[0] is 'lvl'; expected 'level', 'peak' or 'counter'"),
+    ((1,), ValueError, "kinds[0] is 1; expected"),
+])
+def test_a_python_source_without_valid_kinds_is_refused(kinds, error, message):
+    source = Ticking(kinds)
+    if kinds is None:
+        del source.kinds
+    with pytest.raises(error, match=re.escape(message)):
+        _tracer.Tracer(source, 0, ["x"])
 
 
 # --- nesting, recursion -----------------------------------------------------
@@ -403,6 +467,7 @@ def test_disable_inside_profiled_frame_commits(make_tracer):
 class FailingSource:
     name = "failing"
     fields = ("x.current", "x.peak")
+    kinds = ("level", "peak")
 
     def __init__(self):
         self.calls = 0
@@ -444,6 +509,7 @@ def test_python_source_works(make_tracer):
     class Counter:
         name = "counter"
         fields = ("n.current",)
+        kinds = ("level",)
         n = 0
 
         def prepare(self, device):
@@ -629,6 +695,7 @@ class TwoDevices:
     """Python source with two devices whose levels the test sets."""
     name = "two"
     fields = ("b.current", "b.peak")
+    kinds = ("level", "peak")
 
     def __init__(self):
         self.level = [0, 0]

@@ -26,6 +26,7 @@ class Source:
     """A Python memory source with one level field, counting readings."""
     name = "py"
     fields = ("n.current",)
+    kinds = ("level",)
 
     def __init__(self, on_sample=None):
         self.n = 0
@@ -66,6 +67,7 @@ def test_source_dropping_next_tracer_is_safe():
         class Dropper:
             name = "py"
             fields = ("n.current",)
+            kinds = ("level",)
             def prepare(self, device): pass
             def reset_peaks(self, device): pass
             def sample(self, device):

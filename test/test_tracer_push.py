@@ -27,6 +27,7 @@ class PushSource:
 
     name = "pushtest"
     fields = FIELDS
+    kinds = ("counter", "level", "counter", "peak")
 
     def __init__(self):
         self.lock = threading.Lock()

@@ -12,15 +12,34 @@
 extern "C" {
 #endif
 
-#define MEMLAB_SOURCE_ABI_VERSION 2
+#define MEMLAB_SOURCE_ABI_VERSION 3
 #define MEMLAB_SOURCE_CAPSULE "pytorch_memlab.memlab_source"
+
+/* What one reading of a field means: the tracer folds it by its kind and
+ * the reports write it by its unit, so neither parses the field's name. */
+typedef enum {
+    MEMLAB_LEVEL = 0,    /* a level now (".current", "max_split_size"): kept as read */
+    MEMLAB_PEAK = 1,     /* the highest level since peaks were last reset/read */
+    MEMLAB_COUNTER = 2,  /* a running total (".allocated", ".freed"): per-line deltas */
+} memlab_field_kind;
+
+typedef enum {
+    MEMLAB_COUNT = 0,    /* blocks, segments, events */
+    MEMLAB_BYTES = 1,
+} memlab_field_unit;
+
+typedef struct memlab_field {
+    const char *name;    /* e.g. "active_bytes.all.peak" */
+    int kind;            /* a memlab_field_kind (an int: its size is fixed) */
+    int unit;            /* a memlab_field_unit */
+} memlab_field;
 
 /* One reader of allocator statistics for devices of one kind. */
 typedef struct memlab_source {
     int abi_version;                 /* MEMLAB_SOURCE_ABI_VERSION */
     const char *name;                /* "cuda", "cpu", ... */
-    int n_fields;                    /* length of field_names and of sample()'s output */
-    const char *const *field_names;  /* e.g. "active_bytes.all.peak" */
+    int n_fields;                    /* length of fields and of sample()'s output */
+    const memlab_field *fields;      /* what each value of sample()'s output is */
 
     /* Make `device` ready to be sampled (lazy CUDA init check, install the
      * CPU counting allocator...).  Called outside the hot path, GIL held.
@@ -32,7 +51,7 @@ typedef struct memlab_source {
      * read (out is then left untouched). */
     int (*sample)(int device, int64_t *out);
 
-    /* Reset every "*.peak" field of `device` to its "*.current" value.
+    /* Reset every MEMLAB_PEAK field of `device` to its current level.
      * Accumulated counters are left alone.  Returns 0 or -1. */
     int (*reset_peaks)(int device);
 
@@ -45,9 +64,9 @@ typedef struct memlab_source {
      * open_reader: a free register armed at the current levels; its id >= 0,
      * or -1 when none is free (the caller then polls).  Control path.
      * close_reader: give the register back.  Control path.
-     * read: like sample(), except that every "*.peak" field is this reader's
+     * read: like sample(), except that every MEMLAB_PEAK field is this reader's
      * peak since its previous read (the register is then rearmed at the
-     * current level), and every "*.allocated" / "*.freed" field counts only
+     * current level), and every MEMLAB_COUNTER field counts only
      * what the calling thread allocated / freed since it started.  Hot path,
      * same rules as sample(). */
     int (*open_reader)(int device);

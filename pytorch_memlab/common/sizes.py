@@ -19,8 +19,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Union
 
-__all__ = ["readable_size", "with_bytes", "iec_size", "parse_size", "format_value",
-           "is_bytes_field", "SIZE_FORMS"]
+__all__ = ["readable_size", "with_bytes", "iec_size", "parse_size", "SIZE_FORMS"]
 
 _SUFFIXES = ("B", "K", "M", "G", "T", "P")
 
@@ -100,15 +99,3 @@ def parse_size(value: object, what: str) -> int:
     if size != size.to_integral_value():
         raise ValueError(f"{what}: {value!r} is not a whole number of bytes ({size} B)")
     return int(size)
-
-
-# ---------------------------------------------------------------- table cells
-
-def is_bytes_field(field: str) -> bool:
-    """Does this memory_stats() field count bytes (rather than blocks or events)?"""
-    return "bytes" in field.split(".", 1)[0] or field == "max_split_size"
-
-
-def format_value(field: str, value: int) -> str:
-    """A line-table cell: a size for byte fields, a plain integer else."""
-    return readable_size(value) if is_bytes_field(field) else str(value)

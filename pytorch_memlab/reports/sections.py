@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from ..common.sizes import format_value, readable_size
+from .. import native
+from ..common.sizes import readable_size
 from ..records.model import GROWTH, FunctionRecord, LineRecord
 
 GROWTH_TITLE = ("active_bytes", "net growth")
@@ -64,7 +65,9 @@ def title(column: str) -> tuple[str, str]:
 def cell(column: str, value: Optional[int]) -> str:
     if value is None:
         return ""
-    return readable_size(value) if column == GROWTH else format_value(column, value)
+    if column == GROWTH or native.field_meaning(column).unit == "bytes":
+        return readable_size(value)
+    return str(value)
 
 
 def count_cell(line: LineRecord) -> str:

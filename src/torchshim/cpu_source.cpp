@@ -330,7 +330,7 @@ int cpu_sample(int device, int64_t *out) noexcept {
                               state->bytes.current.load(rel),
                               state->bytes.freed.load(rel),
                               state->bytes.peak.load(rel)};
-    // Order matches kFieldNames below.
+    // Order matches kFields below.
     std::memcpy(out + 0, bytes, sizeof bytes);                  // active_bytes
     out[4] = state->blocks.allocated.load(rel);                 // allocation
     out[5] = state->blocks.current.load(rel);
@@ -396,7 +396,7 @@ int cpu_read(int device, int reader, int64_t *out) noexcept {
     const ThreadTotals &mine = t_totals;
     const int64_t bytes[4] = {mine.bytes_allocated, bytes_now, mine.bytes_freed,
                               take_peak(r.bytes, bytes_now)};
-    // Order matches kFieldNames below.
+    // Order matches kFields below.
     std::memcpy(out + 0, bytes, sizeof bytes);                  // active_bytes
     out[4] = mine.blocks_allocated;                             // allocation
     out[5] = blocks_now;
@@ -406,20 +406,26 @@ int cpu_read(int device, int reader, int64_t *out) noexcept {
     return 0;
 }
 
-const char *const kFieldNames[] = {
-    "active_bytes.all.allocated",   "active_bytes.all.current",
-    "active_bytes.all.freed",       "active_bytes.all.peak",
-    "allocation.all.allocated",     "allocation.all.current",
-    "allocation.all.freed",         "allocation.all.peak",
-    "reserved_bytes.all.allocated", "reserved_bytes.all.current",
-    "reserved_bytes.all.freed",     "reserved_bytes.all.peak",
+const memlab_field kFields[] = {
+    {"active_bytes.all.allocated", MEMLAB_COUNTER, MEMLAB_BYTES},
+    {"active_bytes.all.current", MEMLAB_LEVEL, MEMLAB_BYTES},
+    {"active_bytes.all.freed", MEMLAB_COUNTER, MEMLAB_BYTES},
+    {"active_bytes.all.peak", MEMLAB_PEAK, MEMLAB_BYTES},
+    {"allocation.all.allocated", MEMLAB_COUNTER, MEMLAB_COUNT},
+    {"allocation.all.current", MEMLAB_LEVEL, MEMLAB_COUNT},
+    {"allocation.all.freed", MEMLAB_COUNTER, MEMLAB_COUNT},
+    {"allocation.all.peak", MEMLAB_PEAK, MEMLAB_COUNT},
+    {"reserved_bytes.all.allocated", MEMLAB_COUNTER, MEMLAB_BYTES},
+    {"reserved_bytes.all.current", MEMLAB_LEVEL, MEMLAB_BYTES},
+    {"reserved_bytes.all.freed", MEMLAB_COUNTER, MEMLAB_BYTES},
+    {"reserved_bytes.all.peak", MEMLAB_PEAK, MEMLAB_BYTES},
 };
 
 const memlab_source kCpuSource = {
     MEMLAB_SOURCE_ABI_VERSION,
     "cpu",
-    static_cast<int>(sizeof kFieldNames / sizeof kFieldNames[0]),
-    kFieldNames,
+    static_cast<int>(sizeof kFields / sizeof kFields[0]),
+    kFields,
     cpu_prepare,
     cpu_sample,
     cpu_reset_peaks,

@@ -513,16 +513,22 @@ int counted_read(int device, int reader, int64_t *out) noexcept {
     }
 }
 
-const char *const kFieldNames[] = {
-    "active_bytes.all.current",   "active_bytes.all.peak",
-    "reserved_bytes.all.current", "reserved_bytes.all.peak",
+const memlab_field kFields[] = {
+    {"active_bytes.all.current", MEMLAB_LEVEL, MEMLAB_BYTES},
+    {"active_bytes.all.peak", MEMLAB_PEAK, MEMLAB_BYTES},
+    {"reserved_bytes.all.current", MEMLAB_LEVEL, MEMLAB_BYTES},
+    {"reserved_bytes.all.peak", MEMLAB_PEAK, MEMLAB_BYTES},
 };
 
-const char *const kCountedFields[] = {
-    "active_bytes.all.current",      "active_bytes.all.peak",
-    "allocated_bytes.all.allocated", "allocated_bytes.all.freed",
-    "allocation.all.allocated",      "allocation.all.freed",
-    "reserved_bytes.all.current",    "reserved_bytes.all.peak",
+const memlab_field kCountedFields[] = {
+    {"active_bytes.all.current", MEMLAB_LEVEL, MEMLAB_BYTES},
+    {"active_bytes.all.peak", MEMLAB_PEAK, MEMLAB_BYTES},
+    {"allocated_bytes.all.allocated", MEMLAB_COUNTER, MEMLAB_BYTES},
+    {"allocated_bytes.all.freed", MEMLAB_COUNTER, MEMLAB_BYTES},
+    {"allocation.all.allocated", MEMLAB_COUNTER, MEMLAB_COUNT},
+    {"allocation.all.freed", MEMLAB_COUNTER, MEMLAB_COUNT},
+    {"reserved_bytes.all.current", MEMLAB_LEVEL, MEMLAB_BYTES},
+    {"reserved_bytes.all.peak", MEMLAB_PEAK, MEMLAB_BYTES},
 };
 
 // sample() of the counted source: the allocator's own figures, cumulative.
@@ -548,8 +554,8 @@ int counted_sample(int device, int64_t *out) noexcept {
 const memlab_source kPushSource = {
     MEMLAB_SOURCE_ABI_VERSION,
     "cuda",
-    static_cast<int>(sizeof kFieldNames / sizeof kFieldNames[0]),
-    kFieldNames,
+    static_cast<int>(sizeof kFields / sizeof kFields[0]),
+    kFields,
     push_prepare,
     push_sample,
     push_reset_peaks,

@@ -33,28 +33,30 @@ using c10::CachingDeviceAllocator::DeviceStats;
 // built from whatever this torch has.  sample() then copies int64s at fixed
 // offsets: no per-field branching on the hot path.
 
-#define MEMLAB_DEVICE_STATS_MEMBERS(X)                                         \
-    X(allocation)                                                              \
-    X(segment)                                                                 \
-    X(active)                                                                  \
-    X(inactive_split)                                                          \
-    X(allocated_bytes)                                                         \
-    X(reserved_bytes)                                                          \
-    X(active_bytes)                                                            \
-    X(inactive_split_bytes)                                                    \
-    X(requested_bytes)                                                         \
-    X(num_alloc_retries)                                                       \
-    X(num_ooms)                                                                \
-    X(oversize_allocations)                                                    \
-    X(oversize_segments)                                                       \
-    X(num_sync_all_streams)                                                    \
-    X(num_device_alloc)                                                        \
-    X(num_device_free)                                                         \
-    X(num_oom_rejections)                                                      \
-    X(max_split_size)
+// Each member with the unit of its figures (DeviceStats states units only in
+// its member names, so they are written down here, once).
+#define MEMLAB_DEVICE_STATS_MEMBERS(X)                                      \
+    X(allocation, MEMLAB_COUNT)                                             \
+    X(segment, MEMLAB_COUNT)                                                \
+    X(active, MEMLAB_COUNT)                                                 \
+    X(inactive_split, MEMLAB_COUNT)                                         \
+    X(allocated_bytes, MEMLAB_BYTES)                                        \
+    X(reserved_bytes, MEMLAB_BYTES)                                         \
+    X(active_bytes, MEMLAB_BYTES)                                           \
+    X(inactive_split_bytes, MEMLAB_BYTES)                                   \
+    X(requested_bytes, MEMLAB_BYTES)                                        \
+    X(num_alloc_retries, MEMLAB_COUNT)                                      \
+    X(num_ooms, MEMLAB_COUNT)                                               \
+    X(oversize_allocations, MEMLAB_COUNT)                                   \
+    X(oversize_segments, MEMLAB_COUNT)                                      \
+    X(num_sync_all_streams, MEMLAB_COUNT)                                   \
+    X(num_device_alloc, MEMLAB_COUNT)                                       \
+    X(num_device_free, MEMLAB_COUNT)                                        \
+    X(num_oom_rejections, MEMLAB_COUNT)                                     \
+    X(max_split_size, MEMLAB_BYTES)
 
 // has_<member><S>::value: does S have a data member of that name?
-#define MEMLAB_DETECT_MEMBER(member)                                           \
+#define MEMLAB_DETECT_MEMBER(member, unit)                                     \
     template <typename S, typename = void>                                     \
     struct has_##member : std::false_type {};                                  \
     template <typename S>                                                      \
@@ -72,6 +74,8 @@ struct is_std_array<std::array<T, N>> : std::true_type {};
 struct Field {
     std::string name;
     std::ptrdiff_t offset;  // of an int64_t, from the start of DeviceStats
+    int kind;               // memlab_field_kind
+    int unit;               // memlab_field_unit
 };
 
 // Walks one DeviceStats instance and records where every int64_t lives,
@@ -83,25 +87,26 @@ class FieldCollector {
 
     // A member is an int64_t scalar, a Stat (current/peak/allocated/freed)
     // or a StatArray (one Stat per pool).  Anything else fails to compile,
-    // which is what we want if DeviceStats changes shape.
+    // which is what we want if DeviceStats changes shape.  A scalar is kept
+    // as read (num_ooms and the like included, as torch reports them).
     template <typename T>
-    void add(const std::string &name, const T &value) {
+    void add(const std::string &name, const T &value, int unit, int kind = MEMLAB_LEVEL) {
         if constexpr (std::is_same_v<T, int64_t>) {
             fields_.push_back(
-                {name, reinterpret_cast<const char *>(&value) - base_});
+                {name, reinterpret_cast<const char *>(&value) - base_, kind, unit});
         } else if constexpr (is_std_array<T>::value) {
             using c10::CachingDeviceAllocator::StatType;
             static_assert(std::tuple_size<T>::value ==
                               static_cast<std::size_t>(StatType::NUM_TYPES),
                           "StatArray has an unknown pool");
-            add(name + ".all", value[static_cast<std::size_t>(StatType::AGGREGATE)]);
-            add(name + ".small_pool", value[static_cast<std::size_t>(StatType::SMALL_POOL)]);
-            add(name + ".large_pool", value[static_cast<std::size_t>(StatType::LARGE_POOL)]);
+            add(name + ".all", value[static_cast<std::size_t>(StatType::AGGREGATE)], unit);
+            add(name + ".small_pool", value[static_cast<std::size_t>(StatType::SMALL_POOL)], unit);
+            add(name + ".large_pool", value[static_cast<std::size_t>(StatType::LARGE_POOL)], unit);
         } else {
-            add(name + ".current", value.current);
-            add(name + ".peak", value.peak);
-            add(name + ".allocated", value.allocated);
-            add(name + ".freed", value.freed);
+            add(name + ".current", value.current, unit, MEMLAB_LEVEL);
+            add(name + ".peak", value.peak, unit, MEMLAB_PEAK);
+            add(name + ".allocated", value.allocated, unit, MEMLAB_COUNTER);
+            add(name + ".freed", value.freed, unit, MEMLAB_COUNTER);
         }
     }
 
@@ -117,9 +122,9 @@ template <typename S>
 std::vector<Field> collect_fields() {
     S stats{};
     FieldCollector collector(stats);
-#define MEMLAB_COLLECT(member)                                                 \
+#define MEMLAB_COLLECT(member, unit)                                           \
     if constexpr (has_##member<S>::value)                                      \
-        collector.add(#member, stats.member);
+        collector.add(#member, stats.member, unit);
     MEMLAB_DEVICE_STATS_MEMBERS(MEMLAB_COLLECT)
 #undef MEMLAB_COLLECT
     std::vector<Field> fields = collector.take();
@@ -133,7 +138,7 @@ std::vector<Field> collect_fields() {
 // capsule's pointers must stay valid for the life of the process.
 struct CudaTable {
     std::vector<std::string> names;        // Owned storage of the names.
-    std::vector<const char *> name_ptrs;   // Borrowed from `names`.
+    std::vector<memlab_field> fields;      // Names borrowed from `names`.
     std::vector<std::ptrdiff_t> offsets;   // Parallel to `names`.
     memlab_source source;
 };
@@ -251,16 +256,18 @@ int cuda_reset_peaks(int device) noexcept {
 
 const CudaTable *build_table() {
     auto *table = new CudaTable();
-    for (Field &f : collect_fields<DeviceStats>()) {
-        table->names.push_back(std::move(f.name));
+    const std::vector<Field> collected = collect_fields<DeviceStats>();
+    for (const Field &f : collected) {
+        table->names.push_back(f.name);
         table->offsets.push_back(f.offset);
     }
-    for (const std::string &name : table->names)
-        table->name_ptrs.push_back(name.c_str());
+    // `names` no longer grows, so its c_str()s stay put.
+    for (std::size_t i = 0; i < collected.size(); ++i)
+        table->fields.push_back({table->names[i].c_str(), collected[i].kind, collected[i].unit});
     table->source.abi_version = MEMLAB_SOURCE_ABI_VERSION;
     table->source.name = "cuda";
     table->source.n_fields = static_cast<int>(table->names.size());
-    table->source.field_names = table->name_ptrs.data();
+    table->source.fields = table->fields.data();
     table->source.prepare = cuda_prepare;
     table->source.sample = cuda_sample;
     table->source.reset_peaks = cuda_reset_peaks;

@@ -221,7 +221,7 @@ PyObject *shim_fields(PyObject *self, PyObject *args) {
     if (result == nullptr)
         return nullptr;
     for (int i = 0; i < source->n_fields; ++i) {
-        PyObject *name = PyUnicode_FromString(source->field_names[i]);
+        PyObject *name = PyUnicode_FromString(source->fields[i].name);
         if (name == nullptr) {
             Py_DECREF(result);
             return nullptr;
@@ -289,7 +289,7 @@ PyMethodDef shim_methods[] = {
     {"sample", shim_sample, METH_VARARGS,
      "sample(kind, device) -> tuple[int, ...]\n\nOne reading, in fields(kind) order."},
     {"reset_peaks", shim_reset_peaks, METH_VARARGS,
-     "reset_peaks(kind, device) -> None\n\nSet every *.peak field to its *.current."},
+     "reset_peaks(kind, device) -> None\n\nSet every peak field to its current level."},
     {"path", shim_path, METH_VARARGS,
      "path(kind) -> 'push' | 'poll'\n\nHow the tracer reads the source: per-thread "
      "readers that never reset anything ('push'), or sample and reset peaks ('poll')."},

@@ -9,6 +9,12 @@ source_info(PyObject *module, PyObject *source)
     return sampler_source_info(source);
 }
 
+static PyObject *
+field_table(PyObject *module, PyObject *source)
+{
+    return sampler_field_table(source);
+}
+
 /* atexit: disable every tracer so no hook or tool id outlives us. */
 static PyObject *
 shutdown(PyObject *module, PyObject *unused)
@@ -30,6 +36,9 @@ shutdown(PyObject *module, PyObject *unused)
 
 static PyMethodDef module_methods[] = {
     {"source_info", source_info, METH_O, "(name, fields) of a memory source."},
+    {"field_table", field_table, METH_O,
+     "((name, kind, unit), ...) of a memory source's fields: kind 'level', 'peak' or "
+     "'counter', unit 'count' or 'bytes'."},
     {"install_thread_hook", memlab_install_thread_hook, METH_NOARGS,
      "settrace mechanism: hook the calling thread if a tracer is enabled."},
     {"_shutdown", shutdown, METH_NOARGS, "Disable every tracer (atexit)."},

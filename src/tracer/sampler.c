@@ -45,7 +45,7 @@ sampler_source_info(PyObject *source)
             return NULL;
         }
         for (int i = 0; i < src->n_fields; i++) {
-            PyObject *name = PyUnicode_FromString(src->field_names[i]);
+            PyObject *name = PyUnicode_FromString(src->fields[i].name);
             if (name == NULL) {
                 Py_DECREF(fields);
                 return NULL;
@@ -69,21 +69,143 @@ sampler_source_info(PyObject *source)
     return Py_BuildValue("(NN)", name, tuple);
 }
 
-/* ---- columns ----------------------------------------------------------- */
+/* ---- what each field is ------------------------------------------------ */
 
-static column_kind
-kind_of(const char *field)
+static const char *const kind_names[] = {"level", "peak", "counter"};
+static const char *const unit_names[] = {"count", "bytes"};
+#define N_KINDS 3
+#define N_UNITS 2
+#define KINDS_ACCEPTED "'level', 'peak' or 'counter'"
+#define UNITS_ACCEPTED "'count' or 'bytes'"
+
+/* A Python source's `attr` (e.g. kinds = ("level", "peak")) as codes, one per
+ * field: each str must be one of `names`.  With `fallback` >= 0, a missing
+ * attribute gives every field that code.  0, or -1 with an exception set. */
+static int
+python_codes(PyObject *source, const char *attr, const char *const *names, int n_names,
+             const char *accepted, int fallback, int n_fields, int *out)
 {
-    const char *dot = strrchr(field, '.');
-    const char *last = dot ? dot + 1 : field;
-    if (strcmp(last, "peak") == 0) {
-        return COLUMN_PEAK;
+    PyObject *value = NULL, *seq = NULL;
+    int ret = -1;
+    value = PyObject_GetAttrString(source, attr);
+    if (value == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
+        }
+        PyErr_Clear();
+        if (fallback < 0) {
+            PyErr_Format(PyExc_TypeError, "a Python memory source needs `%s`: %s "
+                         "for each field", attr, accepted);
+            return -1;
+        }
+        for (int f = 0; f < n_fields; f++) {
+            out[f] = fallback;
+        }
+        return 0;
     }
-    if (strcmp(last, "allocated") == 0 || strcmp(last, "freed") == 0) {
-        return COLUMN_COUNTER;
+    seq = PySequence_Fast(value, "a memory source's kinds / units must be a sequence of str");
+    if (seq == NULL) {
+        goto error;
     }
-    return COLUMN_LEVEL;
+    if (PySequence_Fast_GET_SIZE(seq) != n_fields) {
+        PyErr_Format(PyExc_ValueError, "memory source: %zd %s for %d fields; expected one each",
+                     PySequence_Fast_GET_SIZE(seq), attr, n_fields);
+        goto error;
+    }
+    for (int f = 0; f < n_fields; f++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, f);
+        const char *text = PyUnicode_Check(item) ? PyUnicode_AsUTF8(item) : NULL;
+        if (text == NULL && PyErr_Occurred()) {
+            goto error;
+        }
+        out[f] = -1;
+        for (int k = 0; text != NULL && k < n_names; k++) {
+            if (strcmp(text, names[k]) == 0) {
+                out[f] = k;
+            }
+        }
+        if (out[f] < 0) {
+            PyErr_Format(PyExc_ValueError, "memory source: %s[%d] is %R; expected %s",
+                         attr, f, item, accepted);
+            goto error;
+        }
+    }
+    ret = 0;
+error:
+    Py_XDECREF(seq);
+    Py_DECREF(value);
+    return ret;
 }
+
+/* Kind and unit of each of a source's n_fields fields: from the contract for
+ * a capsule, from `kinds` (required) and `units` (default "count") for a
+ * Python source.  `units` may be NULL.  0, or -1 with an exception set. */
+static int
+source_field_codes(PyObject *source, const memlab_source *csrc, int n_fields,
+                   int *kinds, int *units)
+{
+    if (csrc == NULL) {
+        if (python_codes(source, "kinds", kind_names, N_KINDS, KINDS_ACCEPTED, -1, n_fields,
+                         kinds) < 0) {
+            return -1;
+        }
+        return units == NULL ? 0
+               : python_codes(source, "units", unit_names, N_UNITS, UNITS_ACCEPTED, MEMLAB_COUNT,
+                              n_fields, units);
+    }
+    for (int f = 0; f < n_fields; f++) {
+        const memlab_field *field = &csrc->fields[f];
+        if (field->kind < 0 || field->kind >= N_KINDS || field->unit < 0
+            || field->unit >= N_UNITS) {
+            PyErr_Format(PyExc_ValueError, "%s source: field %s has kind %d, unit %d",
+                         csrc->name, field->name, field->kind, field->unit);
+            return -1;
+        }
+        kinds[f] = field->kind;
+        if (units != NULL) {
+            units[f] = field->unit;
+        }
+    }
+    return 0;
+}
+
+PyObject *
+sampler_field_table(PyObject *source)
+{
+    PyObject *info = sampler_source_info(source), *table = NULL;
+    if (info == NULL) {
+        return NULL;
+    }
+    PyObject *fields = PyTuple_GET_ITEM(info, 1);
+    int n = (int)PyTuple_GET_SIZE(fields);
+    int *kinds = calloc((size_t)n + 1, sizeof(int));
+    int *units = calloc((size_t)n + 1, sizeof(int));
+    if (kinds == NULL || units == NULL) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    const memlab_source *csrc = PyCapsule_CheckExact(source) ? capsule_source(source) : NULL;
+    if (source_field_codes(source, csrc, n, kinds, units) < 0) {
+        goto error;
+    }
+    table = PyTuple_New(n);
+    for (int f = 0; table != NULL && f < n; f++) {
+        PyObject *row = Py_BuildValue("(Oss)", PyTuple_GET_ITEM(fields, f),
+                                      kind_names[kinds[f]], unit_names[units[f]]);
+        if (row == NULL) {
+            Py_CLEAR(table);
+            break;
+        }
+        PyTuple_SET_ITEM(table, f, row);
+    }
+error:
+    free(kinds);
+    free(units);
+    Py_DECREF(info);
+    return table;
+}
+
+/* ---- columns ----------------------------------------------------------- */
 
 static int
 field_index(PyObject *fields, PyObject *name)
@@ -119,7 +241,7 @@ sampler_pick_columns(Sampler *s, PyObject *fields, PyObject *columns)
     int n = (int)PyTuple_GET_SIZE(seq), ret = -1;
     s->n_columns = n;
     s->field_of = calloc((size_t)n + 1, sizeof(int));
-    s->kinds = calloc((size_t)n + 1, sizeof(column_kind));
+    s->kinds = calloc((size_t)n + 1, sizeof(int));
     s->folds = calloc((size_t)n + 1, sizeof(memlab_fold));
     s->last_counter = calloc((size_t)n + 1, sizeof(int64_t));
     if (!s->field_of || !s->kinds || !s->folds || !s->last_counter) {
@@ -133,9 +255,9 @@ sampler_pick_columns(Sampler *s, PyObject *fields, PyObject *columns)
             goto error;
         }
         s->field_of[c] = f;
-        s->kinds[c] = kind_of(PyUnicode_AsUTF8(PyTuple_GET_ITEM(fields, f)));
-        s->folds[c] = s->kinds[c] == COLUMN_COUNTER ? FOLD_SUM : FOLD_MAX;
-        s->has_peaks |= s->kinds[c] == COLUMN_PEAK;
+        s->kinds[c] = s->field_kinds[f];
+        s->folds[c] = s->kinds[c] == MEMLAB_COUNTER ? FOLD_SUM : FOLD_MAX;
+        s->has_peaks |= s->kinds[c] == MEMLAB_PEAK;
     }
     ret = 0;
 error:
@@ -176,17 +298,13 @@ sampler_init(Sampler *s, PyObject *source, int device, PyObject *columns,
     }
     s->reading = calloc((size_t)s->n_fields + 1, sizeof(int64_t));
     s->carried = calloc((size_t)s->n_fields + 1, sizeof(int64_t));
-    s->field_is_peak = calloc((size_t)s->n_fields + 1, 1);
-    if (s->reading == NULL || s->carried == NULL || s->field_is_peak == NULL) {
+    s->field_kinds = calloc((size_t)s->n_fields + 1, sizeof(int));
+    if (s->reading == NULL || s->carried == NULL || s->field_kinds == NULL) {
         PyErr_NoMemory();
         goto error;
     }
-    for (int f = 0; f < s->n_fields; f++) {
-        const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(fields, f));
-        if (name == NULL) {
-            goto error;
-        }
-        s->field_is_peak[f] = kind_of(name) == COLUMN_PEAK;
+    if (source_field_codes(source, s->csource, s->n_fields, s->field_kinds, NULL) < 0) {
+        goto error;
     }
     if (sampler_pick_columns(s, fields, columns) < 0) {
         goto error;
@@ -215,8 +333,8 @@ sampler_dealloc(Sampler *s)
     s->readers = NULL;
     s->n_readers = 0;
     Py_CLEAR(s->owner);
-    free(s->carried); free(s->field_is_peak);
-    s->carried = NULL; s->field_is_peak = NULL;
+    free(s->carried); free(s->field_kinds);
+    s->carried = NULL; s->field_kinds = NULL;
     free(s->field_of); free(s->kinds); free(s->folds);
     free(s->reading); free(s->last_counter);
     s->field_of = NULL; s->kinds = NULL; s->folds = NULL;
@@ -227,7 +345,7 @@ static PyObject *
 sampler_field_name(const Sampler *s, int field)
 {
     if (s->csource != NULL) {
-        return PyUnicode_FromString(s->csource->field_names[field]);
+        return PyUnicode_FromString(s->csource->fields[field].name);
     }
     PyObject *info = sampler_source_info(s->owner);
     if (info == NULL) {
@@ -330,7 +448,7 @@ share_peaks(const Sampler *s)
             continue;
         }
         for (int f = 0; f < s->n_fields; f++) {
-            if (s->field_is_peak[f] && s->reading[f] > peer->carried[f]) {
+            if (s->field_kinds[f] == MEMLAB_PEAK && s->reading[f] > peer->carried[f]) {
                 peer->carried[f] = s->reading[f];
             }
         }
@@ -494,7 +612,7 @@ push_take(Sampler *s, uint64_t thread, int64_t *interval)
     }
     for (int c = 0; c < s->n_columns; c++) {
         int64_t v = s->reading[s->field_of[c]];
-        if (s->kinds[c] != COLUMN_COUNTER) {
+        if (s->kinds[c] != MEMLAB_COUNTER) {
             interval[c] = v;
             continue;
         }
@@ -643,11 +761,11 @@ sampler_take(Sampler *s, uint64_t thread, int64_t *interval, int64_t *level)
     }
     for (int c = 0; c < s->n_columns; c++) {
         int64_t v = s->reading[s->field_of[c]];
-        if (s->kinds[c] == COLUMN_COUNTER) {
+        if (s->kinds[c] == MEMLAB_COUNTER) {
             interval[c] = v - s->last_counter[c];
             s->last_counter[c] = v;
         }
-        else if (s->kinds[c] == COLUMN_PEAK && s->has_carried
+        else if (s->kinds[c] == MEMLAB_PEAK && s->has_carried
                  && s->carried[s->field_of[c]] > v) {
             interval[c] = s->carried[s->field_of[c]];
         }

@@ -6,14 +6,12 @@
 #include "linetable.h"
 #include "memlab/source.h"
 
-/* How a column's reading becomes an interval figure.  A push source reports
- * each thread's own peak and counters, so no reading resets anything; a
- * polled source resets its peaks on each sample. */
-typedef enum {
-    COLUMN_PEAK,      /* "*.peak": peak since this reader's previous reading */
-    COLUMN_COUNTER,   /* "*.allocated" / "*.freed": delta since the last sample */
-    COLUMN_LEVEL      /* anything else: the reading itself */
-} column_kind;
+/* A column's reading becomes an interval figure by its field's kind, which
+ * the source declares (memlab_field_kind): a peak is the peak since this
+ * reader's previous reading, a counter the delta since the last sample, a
+ * level the reading itself.  A push source reports each thread's own peak
+ * and counters, so no reading resets anything; a polled source resets its
+ * peaks on each sample. */
 
 /* One thread's reader of a push source: the source's peak register and the
  * thread's counter readings at its previous read. */
@@ -31,13 +29,13 @@ typedef struct Sampler {
     int n_fields;
     int n_columns;
     int *field_of;                 /* Owned. column -> field index */
-    column_kind *kinds;            /* Owned. per column */
+    int *kinds;                    /* Owned. per column: a memlab_field_kind */
     memlab_fold *folds;            /* Owned. per column */
     int growth_field;              /* field index, -1 for none */
     int has_peaks;
     int64_t *reading;              /* Owned. n_fields: the latest sample */
     int64_t *last_counter;         /* Owned. n_columns: previous counter readings */
-    char *field_is_peak;           /* Owned. n_fields */
+    int *field_kinds;              /* Owned. n_fields: memlab_field_kind */
     int64_t *carried;              /* Owned. n_fields: peaks a peer read (and reset)
                                       since our last reading */
     int has_carried;
@@ -51,6 +49,8 @@ typedef struct Sampler {
 
 /* Python-facing helpers; return NULL / -1 with an exception set. */
 PyObject *sampler_source_info(PyObject *source);
+/* ((name, kind, unit), ...) of a source's fields, kind and unit as str. */
+PyObject *sampler_field_table(PyObject *source);
 int sampler_init(Sampler *s, PyObject *source, int device, PyObject *columns,
                  PyObject *growth_field);
 void sampler_dealloc(Sampler *s);

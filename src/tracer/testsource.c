@@ -5,8 +5,11 @@
 
 #include <string.h>
 
-static const char *const manual_fields[] = {
-    "bytes.current", "bytes.peak", "bytes.allocated", "bytes.freed",
+static const memlab_field manual_fields[] = {
+    {"bytes.current", MEMLAB_LEVEL, MEMLAB_BYTES},
+    {"bytes.peak", MEMLAB_PEAK, MEMLAB_BYTES},
+    {"bytes.allocated", MEMLAB_COUNTER, MEMLAB_BYTES},
+    {"bytes.freed", MEMLAB_COUNTER, MEMLAB_BYTES},
 };
 #define N_MANUAL 4
 
