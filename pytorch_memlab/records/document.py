@@ -31,9 +31,10 @@ Schema version 1 (``SCHEMA_VERSION``)::
 
 Every source line of a function is listed; a line that never ran has count 0
 and null figures.  ``net_growth`` is the sum over executions of the change in
-``active_bytes.all.current``; each column is aggregated as the tracer does
-("*.peak": max of per-execution peaks; "*.allocated"/"*.freed": sums; other
-fields: max of end-of-line values).  Bytes are exact integers.  ``raised``
+``active_bytes.all.current``; each column is aggregated by the kind its
+memory source declares for it (include/memlab/source.h): peaks ("*.peak") by
+the max of per-execution peaks, counters ("*.allocated"/"*.freed") by sums,
+levels (the rest) by the max of end-of-line values.  Bytes are exact integers.  ``raised``
 names the exception that left the function through that line.  The record of
 the innermost function an out-of-memory error escaped also has a
 ``"postmortem"`` object (its keys: ``pytorch_memlab/_postmortem.py``).  A reader
