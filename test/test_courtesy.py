@@ -126,9 +126,9 @@ def test_accepts_scopes():
     model = torch.nn.Linear(2, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     t = torch.zeros(3)
-    for scope, roots in ((model, 1), (opt, 1), (t, 1), ([t, model, opt], 3), ((t,), 1), ([], 0),
-                         ((p for p in model.parameters()), 2)):
-        assert repr(Courtesy(tensors=scope)) == \
+    for tensors, roots in ((model, 1), (opt, 1), (t, 1), ([t, model, opt], 3), ((t,), 1), ([], 0),
+                           ((p for p in model.parameters()), 2)):
+        assert repr(Courtesy(tensors=tensors)) == \
             f"Courtesy(device=None, {roots} root(s), yielded=0.00B)"
 
 

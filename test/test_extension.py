@@ -372,7 +372,7 @@ def test_device_and_columns_apply_to_one_run_only(shell):
     target = _devices._target
     first = mlrun(shell, f"-r -q -g cpu -D -c allocation.all.allocated -f work work({QUARTER})")
     second = mlrun(shell, f"-r -q -f work work({QUARTER})")
-    third = mlrun(shell, f"-r -q -f work", f"work({QUARTER})\n")
+    third = mlrun(shell, "-r -q -f work", f"work({QUARTER})\n")
     assert first.columns == ("allocation.all.allocated",)
     assert first.devices == ["cpu"]
     default = [f"cuda:{torch.cuda.current_device()}"] if HAVE_CUDA else ["cpu"]

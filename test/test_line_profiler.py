@@ -7,9 +7,7 @@ that allocates nothing; tests that check printed text run a fresh interpreter.
 """
 import functools
 import inspect
-import subprocess
 import sys
-import textwrap
 import threading
 
 import pytest
@@ -330,7 +328,6 @@ def test_builtin_is_refused(prof_factory):
 
 
 def test_partial_is_refused_naming_its_func(prof_factory):
-    import functools
     with pytest.raises(TypeError, match=r"functools\.partial has no code of its own; profile "
                                         r"the function it calls \(its \.func\)"):
         prof_factory(functools.partial(one_mib))
