@@ -386,14 +386,6 @@ def test_device_and_columns_apply_to_one_run_only(shell):
     assert sys.gettrace() is None
 
 
-def test_error_leaves_no_hook(shell):
-    with pytest.raises(UsageError):
-        mlrun(shell, "-g cpu -f work -c nope work(1)")
-    with pytest.raises(ValueError):
-        mlrun(shell, f"-q -g cpu -f boom boom({QUARTER})")
-    assert sys.gettrace() is None
-
-
 @requires_cuda
 def test_gpu_option_on_cuda(shell):
     before = _devices._target
