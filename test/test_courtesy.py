@@ -488,8 +488,9 @@ def test_cuda_no_warning_when_all_moved():
     c = Courtesy(device="cuda", tensors=[x], threshold=baseline + MiB)  # baseline's device
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        c.yield_memory()
-    c.restore()
+        assert c.yield_memory() == 64 * MiB            # x's float32 storage, all of it
+    assert x.device.type == "cpu"
+    assert c.restore() == 64 * MiB and x.is_cuda
 
 
 @needs_cuda
