@@ -119,7 +119,13 @@ def test_cpu_counts_stay_consistent_across_threads(cpu_source):
 def test_cpu_prepare_is_idempotent_and_device_is_ignored(cpu_source):
     shim.prepare("cpu", 0)
     shim.prepare("cpu", 3)
+    before = dict(zip(shim.fields("cpu"), shim.sample("cpu", 3)))
+    x = torch.empty(MiB, dtype=torch.uint8)
+    d = delta(dict(zip(shim.fields("cpu"), shim.sample("cpu", 3))), before)
+    # one counting wrapper however often prepared: each byte counted once
+    assert (d["active_bytes.all.allocated"], d["allocation.all.allocated"]) == (MiB, 1)
     assert shim.sample("cpu", 3) == shim.sample("cpu", 0)
+    del x
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
