@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("pytorch_memlab._torchshim")
 
 from pytorch_memlab import load  # noqa: E402
+from pytorch_memlab.common.sizes import readable_size  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -268,6 +269,15 @@ def test_demo_still_runs(tmp_path):
     out = memlab(tmp_path, "demo", "-d", "cpu")
     assert out.returncode == 0, out.stderr
     assert "## train_step" in out.stdout
+    # net growth and count over 3 Adam steps of the demo's 1024-4096-1024 MLP:
+    # zero_grad frees the grads of steps 1 and 2; the first step() makes exp_avg
+    # and exp_avg_sq (and 4 step counters of 4 bytes)
+    params = (1024 * 4096 + 4096 + 4096 * 1024 + 1024) * 4
+
+    def growth_and_count(code):
+        return next(line.split()[2:4] for line in out.stdout.splitlines() if line.endswith(code))
+    assert growth_and_count("zero_grad(set_to_none=True)") == [readable_size(-2 * params), "3"]
+    assert growth_and_count("optimizer.step()") == [readable_size(2 * params + 4 * 4), "3"]
 
 
 @pytest.mark.parametrize("argv, module, script, program_args", [

@@ -65,12 +65,6 @@ def test_bad_device_value_names_the_argument(bad, text):
     assert str(err.value).startswith(text) and str(err.value).endswith(PROFILER_FORMS)
 
 
-def test_good_devices_are_accepted():
-    assert LineProfiler(device="cpu").devices == ["cpu"]
-    assert LineProfiler(device=torch.device("cpu")).devices == ["cpu"]
-    assert LineProfiler(device=("cpu", "cpu")).devices == ["cpu"]
-
-
 # ---- set_target_gpu ------------------------------------------------------------------
 
 GPU_FORMS = "expected a GPU index N, 'cuda:N' or torch.device('cuda', N)"

@@ -203,11 +203,3 @@ def test_chromium_sorts_by_a_column(profile_path, tmp_path):
         assert all(growth[n] is None for n in order[len(ran):])   # lines never run: last
         assert sorted(order) == sorted(growth)
     assert 'class="sort desc" data-col' in dom.stdout
-
-
-@needs_chromium
-def test_console_check_catches_errors(tmp_path):
-    page = tmp_path / "bad.html"
-    page.write_text("<!DOCTYPE html><p>x</p><script>notDefined();</script>")
-    out = chromium(tmp_path, "--dump-dom", page.as_uri())
-    assert any("Uncaught ReferenceError" in line for line in console_messages(out.stderr))

@@ -7,9 +7,7 @@ that allocates nothing; tests that check printed text run a fresh interpreter.
 """
 import functools
 import inspect
-import subprocess
 import sys
-import textwrap
 import threading
 
 import pytest
@@ -20,7 +18,6 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("pytorch_memlab._torchshim")
 
 from pytorch_memlab import LineProfiler, _tracer  # noqa: E402
-from pytorch_memlab.line_profiler import readable_size  # noqa: E402
 
 MiB = 1 << 20
 PEAK = "active_bytes.all.peak"
@@ -330,7 +327,6 @@ def test_builtin_is_refused(prof_factory):
 
 
 def test_partial_is_refused_naming_its_func(prof_factory):
-    import functools
     with pytest.raises(TypeError, match=r"functools\.partial has no code of its own; profile "
                                         r"the function it calls \(its \.func\)"):
         prof_factory(functools.partial(one_mib))
@@ -430,15 +426,6 @@ def test_enable_disable_no_hook(prof_factory):
 
 
 # ---- output --------------------------------------------------------------------------
-
-def test_readable_size():
-    assert readable_size(0) == "0.00B"
-    assert readable_size(1000) == "1000.00B"
-    assert readable_size(40960) == "40.00K"
-    assert readable_size(2 * MiB) == "2.00M"
-    assert readable_size(-MiB) == "-1.00M"
-    assert readable_size(3 << 30) == "3.00G"
-
 
 def test_html_has_bars_and_no_script(prof_factory):
     prof = prof_factory(grow_then_free)

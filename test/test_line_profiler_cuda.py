@@ -5,9 +5,6 @@ printed text is checked in a fresh interpreter, where nothing else holds
 CUDA memory."""
 import gc
 import inspect
-import subprocess
-import sys
-import textwrap
 
 import pytest
 from helpers import run_script  # noqa: E402

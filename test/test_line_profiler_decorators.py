@@ -3,11 +3,8 @@
 Tests that look at what is printed at interpreter exit run a fresh
 interpreter on a script file; the rest run here with device='cpu'."""
 import asyncio
-import inspect
 import io
-import subprocess
 import sys
-import textwrap
 import threading
 
 import pytest

@@ -3,7 +3,6 @@ real CPU tensors: budgets, the line table in the failure, --memlab, the leak
 check, xdist, bad input, and that it costs nothing when unused."""
 import os
 import re
-import sys
 from importlib import metadata
 from pathlib import Path
 

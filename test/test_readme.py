@@ -64,10 +64,6 @@ def test_readme_block(tmp_path, code, expected):
         assert normalise(out.stdout) == normalise(expected)
 
 
-def test_readme_has_python_blocks():
-    assert len(list(blocks())) >= 10
-
-
 def test_readme_shell_blocks(tmp_path):
     """The blocks marked for it: ``file NAME`` blocks are written to NAME, and
     ``run`` blocks run in order with bash in that folder, each matching the

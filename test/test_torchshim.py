@@ -55,6 +55,135 @@ def test_cpu_fields_declare_their_kind_and_unit():
     assert tracer.source_info(shim.cpu_source) == ("cpu", shim.fields("cpu"))
 
 
+def test_cpu_exact_bytes(cpu_source):
+    shim.reset_peaks("cpu", 0)
+    before = cpu_reading()
+    assert before["active_bytes.all.peak"] == before["active_bytes.all.current"]
+
+    x = torch.empty(MiB // 4, dtype=torch.float32)  # exactly 1 MiB
+    during = delta(cpu_reading(), before)
+    assert during["active_bytes.all.current"] == MiB
+    assert during["active_bytes.all.allocated"] == MiB
+    assert during["active_bytes.all.peak"] == MiB
+    assert during["active_bytes.all.freed"] == 0
+    assert during["allocation.all.current"] == 1
+    assert during["allocation.all.allocated"] == 1
+    # reserved == active on CPU: nothing is cached.
+    for metric in ("current", "peak", "allocated", "freed"):
+        assert during[f"reserved_bytes.all.{metric}"] == during[f"active_bytes.all.{metric}"]
+
+    del x
+    after = delta(cpu_reading(), before)
+    assert after["active_bytes.all.current"] == 0
+    assert after["active_bytes.all.freed"] == MiB
+    assert after["active_bytes.all.allocated"] == MiB
+    assert after["active_bytes.all.peak"] == MiB  # peak survives the free
+    assert after["allocation.all.current"] == 0
+    assert after["allocation.all.freed"] == 1
+
+    shim.reset_peaks("cpu", 0)
+    reset = cpu_reading()
+    assert reset["active_bytes.all.peak"] == reset["active_bytes.all.current"]
+    assert reset["allocation.all.peak"] == reset["allocation.all.current"]
+    # Accumulated counters are left alone.
+    assert reset["active_bytes.all.allocated"] == before["active_bytes.all.allocated"] + MiB
+
+
+def test_cpu_peak_tracks_the_high_water_mark(cpu_source):
+    shim.reset_peaks("cpu", 0)
+    base = cpu_reading()["active_bytes.all.current"]
+    a = torch.empty(MiB, dtype=torch.uint8)
+    b = torch.empty(2 * MiB, dtype=torch.uint8)
+    del a, b
+    c = torch.empty(MiB, dtype=torch.uint8)
+    r = cpu_reading()
+    assert r["active_bytes.all.peak"] - base == 3 * MiB
+    assert r["active_bytes.all.current"] - base == MiB
+    del c
+
+
+def test_cpu_counts_stay_consistent_across_threads(cpu_source):
+    before = cpu_reading()
+
+    def churn():
+        for _ in range(200):
+            t = torch.empty(1000, dtype=torch.uint8)
+            del t
+
+    threads = [threading.Thread(target=churn) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    d = delta(cpu_reading(), before)
+    assert d["allocation.all.current"] == 0
+    assert d["active_bytes.all.current"] == 0
+    # 4 threads x 200 tensors of 1000 bytes, each freed
+    assert d["allocation.all.allocated"] == d["allocation.all.freed"] == 800
+    assert d["active_bytes.all.allocated"] == d["active_bytes.all.freed"] == 800 * 1000
+
+
+def test_cpu_prepare_is_idempotent_and_device_is_ignored(cpu_source):
+    shim.prepare("cpu", 0)
+    shim.prepare("cpu", 3)
+    before = dict(zip(shim.fields("cpu"), shim.sample("cpu", 3)))
+    x = torch.empty(MiB, dtype=torch.uint8)
+    d = delta(dict(zip(shim.fields("cpu"), shim.sample("cpu", 3))), before)
+    # one counting wrapper however often prepared: each byte counted once
+    assert (d["active_bytes.all.allocated"], d["allocation.all.allocated"]) == (MiB, 1)
+    assert shim.sample("cpu", 3) == shim.sample("cpu", 0)
+    del x
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_cpu_fork_child_can_allocate(cpu_source):
+    pid = os.fork()
+    if pid == 0:  # child: the side table's mutex must not be stuck
+        code = 1
+        try:
+            x = torch.ones(1000)
+            code = 0 if float(x.sum()) == 1000.0 else 2
+            del x
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+ONEDNN_SCRIPT = textwrap.dedent("""
+    import torch
+    import torch.nn.functional as F
+    import torch.utils.mkldnn
+    from pytorch_memlab import _torchshim as shim
+
+    # Made before the wrapper exists: freeing it later must not abort.
+    early = torch.randn(2, 3, 8, 8).to_mkldnn()
+    early_plain = torch.randn(4096)
+    shim.prepare("cpu", 0)
+
+    x = torch.randn(4, 3, 32, 32)
+    w = torch.randn(8, 3, 3, 3)
+    assert F.conv2d(x, w).shape == (4, 8, 30, 30)
+    m = x.to_mkldnn()
+    assert torch.equal(m.to_dense(), x)
+    conv = torch.utils.mkldnn.to_mkldnn(torch.nn.Conv2d(3, 8, 3))
+    assert conv(m).to_dense().shape == (4, 8, 30, 30)
+    del early, early_plain, m, conv
+    fields = dict(zip(shim.fields("cpu"), shim.sample("cpu", 0)))
+    assert fields["allocation.all.allocated"] > 0
+    print("ok")
+""")
+
+
+def test_cpu_wrapper_onednn_in_fresh_process():
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("torch built without oneDNN")
+    proc = subprocess.run([sys.executable, "-c", ONEDNN_SCRIPT],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+
+
 # --------------------------------------------------------------------------
 # CUDA source: names everywhere, values on a GPU
 

@@ -608,31 +608,3 @@ def test_two_tracers_match_reference(program, workdir):
     # other the peaks they read, so each must see what it would see alone.
     check(program, COLUMNS, workdir)
 
-
-def test_reference_sanity():
-    """The reference on a hand-checked program, so the property is not
-    comparing two equally wrong tracers."""
-    source = ("def f0(d):\n"               # 1
-              "    manual_alloc(100)\n"    # 2
-              "    f1(d)\n"                # 3
-              "    manual_alloc(-100)\n"   # 4
-              "def f1(d):\n"               # 5
-              "    manual_alloc(50)\n"     # 6
-              "    manual_alloc(-30)\n")   # 7
-    namespace = {}
-    exec(compile(source, "<sanity>", "exec"), namespace)
-    codes = [namespace["f0"].__code__, namespace["f1"].__code__]
-    model = ManualModel()
-    ref = Reference(codes, model, COLUMNS)
-
-    def run():
-        namespace["manual_alloc"] = model.manual_alloc
-        namespace["f0"](0)
-    run_reference([ref], run)
-    f0, f1 = (ref.stats()[c] for c in codes)
-    # (count, net growth, (peak, allocated, freed, current))
-    assert f0 == {2: (1, 100, (100, 100, 0, 100)),
-                  3: (1, 20, (150, 50, 30, 150)),     # the callee's figures too
-                  4: (1, -100, (120, 0, 100, 20))}
-    assert f1 == {6: (1, 50, (150, 50, 0, 150)),
-                  7: (1, -30, (150, 0, 30, 120))}
