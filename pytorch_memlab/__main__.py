@@ -1,21 +1,11 @@
-"""Command line: ``python -m pytorch_memlab demo | run | view | info``."""
-import argparse
+"""Command line: ``python -m pytorch_memlab demo | run | view | info``.
+
+The verbs live in ``pytorch_memlab.cli``; this module checks that what a verb
+needs is installed (one line and exit 1 if not) and dispatches.  ``demo`` and
+``info`` are imported only when asked for: they import torch, and ``view``
+works without it."""
 import sys
 from typing import List, Optional
-
-
-def _parser() -> "tuple[argparse.ArgumentParser, argparse.ArgumentParser]":
-    from pytorch_memlab.cli import add_run_parser, add_view_parser
-    parser = argparse.ArgumentParser(prog="python -m pytorch_memlab",
-                                     description="Per-line memory profiling for PyTorch.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="profile a training step of a small built-in model")
-    demo.add_argument("-d", "--device", default=None,
-                      help="'cpu', 'cuda' or 'cuda:N' (default: CUDA if available, else CPU)")
-    run = add_run_parser(commands)
-    add_view_parser(commands)
-    commands.add_parser("info", help="which memory source and reading path each device uses")
-    return parser, run
 
 
 def _ready(torch: bool) -> bool:
@@ -28,26 +18,25 @@ def _ready(torch: bool) -> bool:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    from pytorch_memlab.cli.parser import build_parser, parse_run
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser, run = _parser()
+    parser, run = build_parser()
     if argv and argv[0] == "run":
         if not _ready(torch=True):
             return 1
-        from pytorch_memlab.cli import parse_run, run_command
+        from pytorch_memlab.cli.run import run_command
         return run_command(parse_run(parser, run, argv))
     args = parser.parse_args(argv)
     if not _ready(torch=args.command != "view"):
         return 1
     if args.command == "demo":
-        from pytorch_memlab._demo import run_demo
-        run_demo(args.device)
-    elif args.command == "info":
-        from pytorch_memlab._info import format_info, info
-        print(format_info(info()))
-    elif args.command == "view":
-        from pytorch_memlab.cli import view_command
-        return view_command(args)
-    return 0
+        from pytorch_memlab.cli.demo import demo_command
+        return demo_command(args)
+    if args.command == "info":
+        from pytorch_memlab.cli.info import info_command
+        return info_command(args)
+    from pytorch_memlab.cli.view import view_command
+    return view_command(args)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,22 @@
-"""The command line's grammar: argparse parsers of ``run`` and ``view``."""
+"""The command line's grammar: one argparse parser, a subparser per verb."""
 from __future__ import annotations
 
 import argparse
 from typing import Any, Sequence
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """(the whole parser, its ``run`` subparser)."""
+    parser = argparse.ArgumentParser(prog="python -m pytorch_memlab",
+                                     description="Per-line memory profiling for PyTorch.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="profile a training step of a small built-in model")
+    demo.add_argument("-d", "--device", default=None,
+                      help="'cpu', 'cuda' or 'cuda:N' (default: CUDA if available, else CPU)")
+    run = add_run_parser(commands)
+    add_view_parser(commands)
+    commands.add_parser("info", help="which memory source and reading path each device uses")
+    return parser, run
 
 
 def add_run_parser(commands: Any) -> argparse.ArgumentParser:
