@@ -21,6 +21,7 @@ MIB = 1024 * 1024
 TRAIN = """\
 import os
 import sys
+import time
 import torch
 import torch.distributed as dist
 
@@ -39,8 +40,15 @@ def main():
         train_step(rank)
     if "--crash" in sys.argv and rank == 1:
         raise RuntimeError("rank 1 fails")
-    if "--die" in sys.argv and rank == 1:
-        os._exit(3)                      # no file: killed hard
+    if "--die" in sys.argv:
+        if rank == 0:
+            return                       # no barrier: its profile is saved at exit
+        # Killed hard (no file), but only once rank 0 has saved its profile:
+        # torchrun stops rank 0 when rank 1 dies, and must not race its write.
+        deadline = time.monotonic() + 60
+        while not os.path.exists("prof/rank0.json") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os._exit(3)
     if group:
         dist.barrier()
         dist.destroy_process_group()
