@@ -323,3 +323,21 @@ def test_view_rejects_non_profile_with_one_line(tmp_path: Path, content: "bytes 
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert str(path) in lines[0]
+
+
+@pytest.mark.parametrize("name, text", [
+    ("cut.csv", "qualname,filename,first_line,device,net_growth,raised,code\n"
+                "f,f.py,1,cpu,0,,x = 1\n"),
+    ("deep.json", "[" * 100_000 + "]" * 100_000),
+], ids=["csv-header-without-lineno-count", "json-nested-deeply"])
+def test_view_of_a_malformed_profile_is_one_line(tmp_path: Path, name: str, text: str) -> None:
+    # A CSV header without lineno/count, a JSON nested past the decoder's
+    # recursion limit: one stderr line naming the file, exit 2, no traceback.
+    path = tmp_path / name
+    path.write_text(text)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "pytorch_memlab", "view", str(path)],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0], proc.stderr

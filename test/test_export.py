@@ -226,6 +226,26 @@ def test_load_of_a_bad_csv_number_names_file_and_row(prof, tmp_path):
         load(tmp_path / "p.csv")
 
 
+@pytest.mark.parametrize("drop", ["lineno", "count"])
+def test_load_of_a_csv_header_without_lineno_or_count_names_the_file(prof, tmp_path, drop):
+    # The header keeps its first and last cells but lacks a number column: one
+    # ValueError naming the file and the header it expects, not an IndexError.
+    prof.save(tmp_path / "p.csv")
+    rows = [line.split(",") for line in (tmp_path / "p.csv").read_text().splitlines()]
+    at = rows[0].index(drop)
+    text = "\n".join(",".join(r[:at] + r[at + 1:]) for r in rows) + "\n"
+    (tmp_path / "cut.csv").write_text(text)
+    with pytest.raises(ValueError, match=r"cut\.csv is not a pytorch_memlab CSV profile: "
+                                         r"the header should be .*lineno, count, net_growth"):
+        load(tmp_path / "cut.csv")
+
+
+def test_load_of_a_deeply_nested_json_names_the_file(tmp_path):
+    path = _write(tmp_path / "deep.json", "[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match=r"deep\.json is not JSON \(nested too deeply"):
+        load(path)
+
+
 def test_resaving_a_loaded_profile(prof, tmp_path):
     prof.save(tmp_path / "a.json")
     load(tmp_path / "a.json").save(tmp_path / "b.csv")

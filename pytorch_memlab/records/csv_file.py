@@ -50,8 +50,10 @@ def loads(text: str, where: str) -> Profile:
         head = next(rows, None)
     except csv.Error as exc:
         raise ValueError(f"{where}, row 1: {exc}") from None
-    if head is None or head[:len(RECORD_KEYS)] != list(RECORD_KEYS) \
-            or head[-2:] != ["raised", "code"]:
+    keys = len(RECORD_KEYS)
+    if head is None or head[:keys] != list(RECORD_KEYS) \
+            or head[keys:keys + len(_NUMBERS)] != list(_NUMBERS) \
+            or len(head) < keys + len(_NUMBERS) + 2 or head[-2:] != ["raised", "code"]:
         raise ValueError(f"{where} is not a pytorch_memlab CSV profile: the header should be "
                          + ", ".join(header(["<columns...>"])))
     names = head[len(RECORD_KEYS):-2]

@@ -44,4 +44,9 @@ def loads(text: str, where: str) -> Profile:
     except json.JSONDecodeError as exc:
         raise ValueError(f"{where} is not JSON ({exc}); pytorch_memlab.load reads the "
                          ".json and .csv files LineProfiler.save writes") from None
+    except RecursionError:
+        # json's decoder recurses once per nesting level; no saved profile nests deeply
+        raise ValueError(f"{where} is not JSON (nested too deeply to be a saved profile); "
+                         "pytorch_memlab.load reads the .json and .csv files "
+                         "LineProfiler.save writes") from None
     return from_document(data, where)
