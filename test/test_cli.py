@@ -341,3 +341,25 @@ def test_view_of_a_malformed_profile_is_one_line(tmp_path: Path, name: str, text
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0], proc.stderr
+
+
+def test_a_closed_stdout_loses_no_file_and_no_status(train):
+    # `run ... | true`: the reader is gone before the tables are printed.  The
+    # files are written first; the closed pipe is no error of the profiler (no
+    # traceback, the script's own status).
+    script = TRAIN.replace('    print("ARGV"', '    pass  # print("ARGV"')
+    write(train, "quiet.py", script)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for extra, status in (([], 0), (["--exit", "3"], 3)):
+        for name in ("hp.json", "hp.html"):
+            (train / name).unlink(missing_ok=True)
+        proc = subprocess.run(
+            f'"{sys.executable}" -m pytorch_memlab run -d cpu -f main.step -o hp.json '
+            f'--html hp.html quiet.py {" ".join(extra)} | true; exit ${{PIPESTATUS[0]}}',
+            shell=True, executable="/bin/bash", cwd=train, env=env, capture_output=True,
+            text=True, timeout=300)
+        assert proc.returncode == status, proc.stderr
+        assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+        assert [f["qualname"] for f in load(train / "hp.json").to_dict()["functions"]] \
+            == ["main.<locals>.step"]
+        assert (train / "hp.html").stat().st_size > 0

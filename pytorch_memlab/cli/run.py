@@ -20,6 +20,7 @@ import types
 from typing import Any, Optional, Sequence
 from .program import Program, RunError
 from .register import Registrar, parse_func
+from .stdout import print_tables
 
 
 # ---- running -----------------------------------------------------------------------
@@ -185,23 +186,23 @@ def _write_ranks_html(docs: list[dict[str, Any]], path: Optional[str]) -> None:
 
 
 def _report(profiler: Any, program: Program, status: int, args: argparse.Namespace) -> None:
-    sys.stdout.flush()
+    """The files first, then the tables: a reader that left (``| head``) or a
+    Ctrl-C that stopped it must not cost the files."""
+    if args.output is not None or args.html is not None:
+        from ..records.document import from_document
+        from ..records.saved import save
+        data = from_document(_document(profiler, program, status), "the profile")
+        for path, write in ((args.output, save), (args.html, _write_html)):
+            if path is None:
+                continue
+            try:
+                write(data, path)
+            except OSError as exc:
+                print(f"pytorch_memlab run: could not write {path}: {exc}", file=sys.stderr)
+            else:
+                print(f"pytorch_memlab: wrote {path}", file=sys.stderr)
     sys.stderr.flush()
-    profiler.print_stats()
-    if args.output is None and args.html is None:
-        return
-    from ..records.document import from_document
-    from ..records.saved import save
-    data = from_document(_document(profiler, program, status), "the profile")
-    for path, write in ((args.output, save), (args.html, _write_html)):
-        if path is None:
-            continue
-        try:
-            write(data, path)
-        except OSError as exc:
-            print(f"pytorch_memlab run: could not write {path}: {exc}", file=sys.stderr)
-        else:
-            print(f"pytorch_memlab: wrote {path}", file=sys.stderr)
+    print_tables(profiler.print_stats)
 
 
 def _write_html(data: Any, path: str) -> None:

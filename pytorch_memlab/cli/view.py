@@ -7,6 +7,7 @@ import os
 import sys
 from .program import USAGE_ERROR
 from .run import _write_html
+from .stdout import print_tables
 
 
 # ---- view --------------------------------------------------------------------------
@@ -26,7 +27,7 @@ def view_command(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return USAGE_ERROR
     if args.output is None:
-        saved.print_stats()
+        print_tables(saved.print_stats)
         return 0
     ext = os.path.splitext(args.output)[1].lower()
     try:
