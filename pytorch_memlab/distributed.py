@@ -259,7 +259,7 @@ def view_ranks(out_dir: str, output: Optional[str] = None) -> int:
         docs = read_rank_dir(out_dir)
     except (OSError, ValueError) as exc:
         print(f"pytorch_memlab view: error: {exc}", file=sys.stderr)
-        return 1
+        return 2
     if output is None:
         sys.stdout.write(merged_text(docs, out_dir) + "\n")
         return 0
@@ -272,7 +272,7 @@ def view_ranks(out_dir: str, output: Optional[str] = None) -> int:
         write_ranks_report(docs, output)
     except OSError as exc:
         print(f"pytorch_memlab view: error: could not write {output}: {exc}", file=sys.stderr)
-        return 1
+        return 2
     print(f"pytorch_memlab: wrote {output}", file=sys.stderr)
     return 0
 

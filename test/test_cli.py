@@ -363,3 +363,33 @@ def test_a_closed_stdout_loses_no_file_and_no_status(train):
         assert [f["qualname"] for f in load(train / "hp.json").to_dict()["functions"]] \
             == ["main.<locals>.step"]
         assert (train / "hp.html").stat().st_size > 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "-d", "cpu", "-m", "nosuchmodule"], "-m nosuchmodule: no module named"),
+    (["view", "{tmp}"], "holds no rank<R>.json profile"),
+    (["run", "-d", "cpu", "-o", "{tmp}/missing/p.json", "quiet.py"],
+     "-o {tmp}/missing/p.json: cannot write there"),
+    (["run", "-d", "cpu", "--html", "{tmp}/missing/r.html", "quiet.py"],
+     "--html {tmp}/missing/r.html: cannot write there"),
+    (["view", "{tmp}/nofile.json"], "{tmp}/nofile.json: no such file"),
+    (["run", "-d", "gpu", "quiet.py"], "-d 'gpu': expected cpu, cuda, cuda:N or all"),
+])
+def test_every_usage_error_is_one_line_and_status_2(train, tmp_path, argv, message):
+    write(train, "quiet.py", "x = 1\n")
+    (tmp_path / "empty").mkdir(exist_ok=True)
+    argv = [a.replace("{tmp}", str(tmp_path / "empty")) for a in argv]
+    proc = memlab(train, *argv)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message.replace("{tmp}", str(tmp_path / "empty")) in lines[0], \
+        proc.stderr
+    assert "not a saved profile" not in lines[0]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the note is for machines without CUDA")
+def test_the_cli_cpu_note_speaks_cli(train):
+    proc = memlab(train, "run", "-f", "main.step", "train.py")
+    assert proc.returncode == 0, proc.stderr
+    assert "(pass -d cpu to say so and silence this note)" in proc.stderr
+    assert "device='cpu'" not in proc.stderr

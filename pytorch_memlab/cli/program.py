@@ -59,7 +59,7 @@ class Program:
                 name = name + ".__main__"
                 code, spec = find.module_source_code(name)
         except ImportError as exc:
-            raise RunError(f"-m {name}: {exc}", 1) from None
+            raise RunError(f"-m {name}: {exc}") from None
         env = {"__name__": "__main__", "__file__": spec.origin, "__builtins__": builtins,
                "__package__": spec.parent, "__spec__": spec, "__loader__": spec.loader,
                "__cached__": spec.cached, "__doc__": None}

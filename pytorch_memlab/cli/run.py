@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import threading
 import traceback
@@ -95,11 +96,39 @@ def execute(program: Program, profiler: Any) -> tuple[int, Optional[BaseExceptio
 
 
 def _check_output(path: Optional[str], allowed: Sequence[str], option: str) -> None:
+    """Before the program runs: a file name we can write, of a kind we write."""
     if path is None:
         return
     ext = os.path.splitext(path)[1].lower()
     if ext not in allowed:
         raise RunError(f"{option} {path!r}: the file name must end in {' or '.join(allowed)}")
+    _check_writable(path, option)
+
+
+def _check_writable(path: str, option: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path) or not os.path.isdir(folder) or not os.access(folder, os.W_OK) \
+            or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise RunError(f"{option} {path}: cannot write there (no such folder, or no "
+                       "permission)")
+
+
+CLI_DEVICES = "cpu, cuda, cuda:N or all"
+
+
+def _check_device(device: Optional[str]) -> Optional[str]:
+    """The CLI's spellings of a device; None: the current GPU, else the CPU
+    with a note in the CLI's words."""
+    if device is None:
+        import torch
+        if torch.cuda.is_available():
+            return None
+        print("pytorch_memlab: CUDA is not available, profiling CPU tensor memory instead "
+              "(pass -d cpu to say so and silence this note)", file=sys.stderr)
+        return "cpu"
+    if re.fullmatch(r"cpu|cuda|cuda:\d+|all", device) is None:
+        raise RunError(f"-d {device!r}: expected {CLI_DEVICES}")
+    return device
 
 
 def _columns(values: Optional[Sequence[str]]) -> Optional[list[str]]:
@@ -129,6 +158,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.device is None:
             args.device = ranked.device()
     _check_output(args.html, (".html", ".htm"), "--html")
+    args.device = _check_device(args.device)
     if args.module is not None:
         program = Program.module_main(args.module, args.args)
     else:

@@ -16,6 +16,9 @@ def view_command(args: argparse.Namespace) -> int:
     if os.path.isdir(args.profile):
         from ..distributed import view_ranks
         return view_ranks(args.profile, args.output)
+    if not os.path.exists(args.profile):
+        print(f"pytorch_memlab view: error: {args.profile}: no such file", file=sys.stderr)
+        return USAGE_ERROR
     from ..line_profiler import load
     try:
         saved = load(args.profile)
@@ -42,6 +45,6 @@ def view_command(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"pytorch_memlab view: error: could not write {args.output}: {exc}",
               file=sys.stderr)
-        return 1
+        return USAGE_ERROR
     print(f"pytorch_memlab: wrote {args.output}", file=sys.stderr)
     return 0
