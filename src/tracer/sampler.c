@@ -287,6 +287,7 @@ sampler_init(Sampler *s, PyObject *source, int device, PyObject *columns,
                   && PyObject_HasAttrString(source, "close_reader")
                   && PyObject_HasAttrString(source, "read");
     }
+    s->field_names = Py_NewRef(fields);
     s->device = device;
     s->n_fields = (int)PyTuple_GET_SIZE(fields);
     s->growth_field = -1;
@@ -333,6 +334,7 @@ sampler_dealloc(Sampler *s)
     s->readers = NULL;
     s->n_readers = 0;
     Py_CLEAR(s->owner);
+    Py_CLEAR(s->field_names);
     free(s->carried); free(s->field_kinds);
     s->carried = NULL; s->field_kinds = NULL;
     free(s->field_of); free(s->kinds); free(s->folds);
@@ -344,16 +346,7 @@ sampler_dealloc(Sampler *s)
 static PyObject *
 sampler_field_name(const Sampler *s, int field)
 {
-    if (s->csource != NULL) {
-        return PyUnicode_FromString(s->csource->fields[field].name);
-    }
-    PyObject *info = sampler_source_info(s->owner);
-    if (info == NULL) {
-        return NULL;
-    }
-    PyObject *name = Py_NewRef(PyTuple_GET_ITEM(PyTuple_GET_ITEM(info, 1), field));
-    Py_DECREF(info);
-    return name;
+    return Py_NewRef(PyTuple_GET_ITEM(s->field_names, field));
 }
 
 PyObject *
@@ -433,11 +426,29 @@ python_reset(Sampler *s)
  * hands the peaks it saw to its peers, who would otherwise miss them. */
 static Sampler *live_samplers;
 
+/* Do a and b read the same fields of one device?  A Python source's fields
+ * may have changed between two Tracer()s: then indices differ in meaning (and
+ * in range), and nothing is shared. */
 static int
 same_device(const Sampler *a, const Sampler *b)
 {
-    return a->device == b->device
-           && (a->csource != NULL ? a->csource == b->csource : a->owner == b->owner);
+    if (a->device != b->device) {
+        return 0;
+    }
+    if (a->csource != NULL) {
+        return a->csource == b->csource;
+    }
+    if (a->owner != b->owner || a->n_fields != b->n_fields) {
+        return 0;
+    }
+    for (int f = 0; f < a->n_fields && a->field_names != b->field_names; f++) {
+        /* str against str: compares the data, calls no Python code */
+        if (PyUnicode_Compare(PyTuple_GET_ITEM(a->field_names, f),
+                              PyTuple_GET_ITEM(b->field_names, f)) != 0) {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 static void

@@ -25,6 +25,10 @@ typedef struct {
 typedef struct Sampler {
     const memlab_source *csource;  /* Borrowed: static storage in the shim. */
     PyObject *owner;               /* Owned. the capsule, or the Python source */
+    PyObject *field_names;         /* Owned. tuple of str: the source's fields as
+                                      read once at init (a Python source's
+                                      `fields` may change later; our indices
+                                      must not) */
     int device;
     int n_fields;
     int n_columns;

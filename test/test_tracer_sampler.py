@@ -1,0 +1,126 @@
+"""Regression tests for the sampler and event core (issue 30): a Python
+source's fields read once, events that outlive a disable(), reader slots
+taken while a register is being opened, the polling fallback of a push
+source with no free register, a level column's figure (the level at the
+line's end), and extreme readings.  No torch: every source is a few Python
+integers (or the C manual source), so every figure is exact.  The suite runs
+under both tracer mechanisms."""
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+from helpers import line_of
+
+from pytorch_memlab import _tracer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# the package this run imports (the ASan build's tree under `make asan`)
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(_tracer.__file__)))
+INT64_MAX = 2 ** 63 - 1
+INT64_MIN = -2 ** 63
+
+
+def run_fresh(code):
+    """code in a fresh interpreter under PYTHONMALLOC=debug: a crash, or a
+    sanitizer's report, fails the test instead of the test run."""
+    env = dict(os.environ, PYTHONMALLOC="debug",
+               PYTHONPATH=os.pathsep.join([PACKAGE_ROOT, HERE]))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def figures(tracer, func, text):
+    """(count, growth, values) of the line of func containing text."""
+    return tracer.stats()[func.__code__][line_of(func, text)]
+
+
+# ---- item 4: a source's fields are read once, at Tracer() ----------------------
+
+class ShiftingSource:
+    """A Python source whose `fields` is a property the test changes."""
+    name = "shifting"
+
+    def __init__(self, names):
+        self.names = tuple(names)
+        self.value = 0
+
+    @property
+    def fields(self):
+        return self.names
+
+    @property
+    def kinds(self):
+        return tuple("peak" if n.endswith(".peak") else "level" for n in self.names)
+
+    def prepare(self, device):
+        pass
+
+    def sample(self, device):
+        return (self.value,) * len(self.names)
+
+    def reset_peaks(self, device):
+        pass
+
+
+def test_columns_keep_the_field_names_read_at_init():
+    # Tracer.columns and growth_field looked names up again in the source's
+    # fields, by the indices found at init: once fields changed they named
+    # other fields (and past a shorter tuple, read out of bounds).
+    src = ShiftingSource(("a.current", "b.current", "c.current"))
+    t = _tracer.Tracer(src, 0, ["c.current"], "b.current")
+    src.names = ("x.current", "y.current", "z.current")
+    assert t.columns == ("c.current",)
+    assert t.growth_field == "b.current"
+
+
+def test_columns_after_fields_shrank():
+    proc = run_fresh('''
+        from test_tracer_sampler import ShiftingSource
+        from pytorch_memlab import _tracer
+        src = ShiftingSource(["a.current", "b.current", "c.current"])
+        t = _tracer.Tracer(src, 0, ["c.current"], "c.current")
+        src.names = ("x.current",)
+        print(t.columns, t.growth_field)
+    ''')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["('c.current',)", "c.current"]
+
+
+def test_peers_with_other_fields_share_no_peaks():
+    # Two polled tracers on one Python source share the peaks each reading
+    # resets.  The second was made after `fields` grew: it wrote its four
+    # peaks into the first one's carried array, which has room for one (a
+    # heap-buffer-overflow under AddressSanitizer).
+    proc = run_fresh('''
+        import sys
+        sys.unraisablehook = lambda u: None    # the first tracer's readings fail
+        from test_tracer_sampler import ShiftingSource
+        from pytorch_memlab import _tracer
+
+        def work():
+            x = 1
+            return x
+
+        src = ShiftingSource(["a.peak"])
+        src.value = 7
+        first = _tracer.Tracer(src, 0, ["a.peak"])
+        first.add_code(work.__code__)
+        first.enable()
+        src.names = ("b.peak", "c.peak", "d.peak", "a.peak")
+        second = _tracer.Tracer(src, 0, ["a.peak"])
+        second.add_code(work.__code__)
+        second.enable()
+        for _ in range(3):
+            work()
+        second.disable()
+        first.disable()
+        lines = second.stats()[work.__code__]
+        print(sorted(v[2] for v in lines.values()))
+        del first, second
+        print("ok")
+    ''')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split("\n")[-2] == "ok"
