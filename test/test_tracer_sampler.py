@@ -124,3 +124,95 @@ def test_peers_with_other_fields_share_no_peaks():
     ''')
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split("\n")[-2] == "ok"
+
+
+# ---- item 6: an event that outlives disable() -----------------------------------
+
+class BlockingSource:
+    """A polled source whose sample() can block one thread (releasing the
+    GIL) until the test lets it go."""
+    name = "blocking"
+    fields = ("bytes.allocated",)
+    kinds = ("counter",)
+
+    def __init__(self):
+        self.allocated = 0
+        self.block_thread = None
+        self.blocked = threading.Event()
+        self.release = threading.Event()
+
+    def prepare(self, device):
+        pass
+
+    def arm(self):
+        """The calling thread's next reading blocks."""
+        self.block_thread = threading.get_ident()
+
+    def alloc(self, n):
+        self.allocated += n
+
+    def sample(self, device):
+        if self.block_thread == threading.get_ident():
+            self.block_thread = None
+            self.blocked.set()
+            assert self.release.wait(30)
+        return (self.allocated,)
+
+    def reset_peaks(self, device):
+        pass
+
+
+def stale_line(src, arm):
+    if arm:
+        src.arm()  # arm
+    src.alloc(100)  # the line
+    return 0  # done
+
+
+@pytest.mark.parametrize("reenabled", [False, True],
+                         ids=["disabled", "disabled-and-reenabled"])
+def test_event_outliving_disable_drops_its_work(reenabled):
+    # A worker's event waits in sample() (the GIL released) at the line
+    # event of "the line" while the main thread disables the tracer.  The
+    # resumed event pushed a frame into the closed session: nothing pops it
+    # (the rest of that call is not traced), and after enable() every later
+    # interval of that thread was folded into it too: three executions of a
+    # 100-byte line read (4, 600).  When the tracer was enabled again before
+    # the event resumed, the event still belongs to the closed session.
+    src = BlockingSource()
+    t = _tracer.Tracer(src, 0, ["bytes.allocated"])
+    t.add_code(stale_line.__code__)
+    again, first_done = threading.Event(), threading.Event()
+    errors = []
+
+    def worker():
+        try:
+            _tracer.install_thread_hook()
+            stale_line(src, True)
+            first_done.set()
+            assert again.wait(30)
+            _tracer.install_thread_hook()
+            for _ in range(3):
+                stale_line(src, False)
+        except BaseException as exc:   # reported by the main thread
+            errors.append(exc)
+
+    t.enable()
+    try:
+        th = threading.Thread(target=worker)
+        th.start()
+        assert src.blocked.wait(30)
+        t.disable()
+        if reenabled:
+            t.enable()
+        src.release.set()
+        assert first_done.wait(30)
+        if not reenabled:
+            t.enable()
+        again.set()
+        th.join(30)
+        assert not th.is_alive()
+    finally:
+        t.disable()
+    assert not errors
+    assert figures(t, stale_line, "# the line") == (3, 0, (300,))

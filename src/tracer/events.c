@@ -15,13 +15,24 @@ current_stack(TracerObject *t)
     return threadstacks_get(&t->threads, PyThreadState_GetID(PyThreadState_Get()));
 }
 
-/* Fold this interval into every open frame's pending figures.  Returns the
- * growth field's level, or -1 (and counts an error) if reading failed. */
+/* fold_interval's result when the tracer was disabled (and perhaps enabled
+ * again) while a Python source ran with the GIL released: the event belongs
+ * to a session that is closed, and must not touch the stack. */
+#define FOLD_STALE 1
+
+/* Fold this interval into every open frame's pending figures.  Returns 0
+ * with the growth field's level in *level, -1 (and counts an error) if
+ * reading failed, or FOLD_STALE. */
 static int
 fold_interval(TracerObject *t, ThreadStack *stack, int64_t *level)
 {
     int n = t->sampler.n_columns;
-    if (sampler_take(&t->sampler, stack->thread, t->interval, level) < 0) {
+    unsigned long stops = t->sampler.stops;
+    int rc = sampler_take(&t->sampler, stack->thread, t->interval, level);
+    if (!t->enabled || t->sampler.stops != stops) {
+        return FOLD_STALE;
+    }
+    if (rc < 0) {
         t->sample_errors++;
         return -1;
     }
@@ -76,7 +87,8 @@ push_frame(TracerObject *t, ThreadStack *stack, LineTable *table, int line,
 }
 
 /* A reading that failed still keeps the stack's shape; the level is then the
- * frame's own start level, so no growth is invented. */
+ * frame's own start level, so no growth is invented.  An event that outlived
+ * its session (see FOLD_STALE) drops its work. */
 #define BEGIN_EVENT(t, stack, level)                      \
     if (!(t)->enabled) return;                            \
     ThreadStack *stack = current_stack(t);                \
@@ -84,7 +96,12 @@ push_frame(TracerObject *t, ThreadStack *stack, LineTable *table, int line,
     if (stack->in_callback) return;                       \
     stack->in_callback = 1;                               \
     int64_t level = 0;                                    \
-    int read_ok = fold_interval((t), stack, &level) == 0;
+    int folded = fold_interval((t), stack, &level);       \
+    if (folded == FOLD_STALE) {                           \
+        stack->in_callback = 0;                           \
+        return;                                           \
+    }                                                     \
+    int read_ok = folded == 0;
 
 #define END_EVENT(t) stack->in_callback = 0;
 

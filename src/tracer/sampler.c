@@ -645,6 +645,7 @@ push_take(Sampler *s, uint64_t thread, int64_t *interval)
 void
 sampler_stop(Sampler *s)
 {
+    s->stops++;
     if (s->push) {
         close_readers(s);
     }

@@ -49,6 +49,9 @@ typedef struct Sampler {
     int last_reader;               /* index used last: a cache */
     struct Sampler *next_live;     /* Borrowed. started samplers, to share peaks */
     int live;
+    unsigned long stops;           /* sampler_stop() calls: a caller that let a
+                                      Python source run compares it to learn
+                                      that the tracer was disabled meanwhile */
 } Sampler;
 
 /* Python-facing helpers; return NULL / -1 with an exception set. */
