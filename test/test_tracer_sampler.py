@@ -216,3 +216,118 @@ def test_event_outliving_disable_drops_its_work(reenabled):
         t.disable()
     assert not errors
     assert figures(t, stale_line, "# the line") == (3, 0, (300,))
+
+
+# ---- item 9: a reader slot while its register is being opened -------------------
+
+class SlowOpenSource:
+    """A push source whose first open_reader() blocks (releasing the GIL)
+    until told; it keeps the set of open registers."""
+    name = "slowopen"
+    fields = ("bytes.current",)
+    kinds = ("level",)
+
+    def __init__(self):
+        self.open = set()
+        self.opened = 0
+        self.block_thread = None
+        self.blocked = threading.Event()
+        self.release = threading.Event()
+        self.first_read = threading.Event()
+
+    def prepare(self, device):
+        pass
+
+    def sample(self, device):
+        return (0,)
+
+    def reset_peaks(self, device):
+        pass
+
+    def open_reader(self, device):
+        if self.block_thread == threading.get_ident():
+            self.block_thread = None
+            self.blocked.set()
+            assert self.release.wait(30)
+        reader = next(i for i in range(64) if i not in self.open)
+        self.open.add(reader)
+        self.opened += 1
+        return reader
+
+    def close_reader(self, device, reader):
+        self.open.remove(reader)
+
+    def read(self, device, reader):
+        assert reader in self.open
+        if threading.current_thread().name == "opener":
+            self.first_read.set()
+        return (0,)
+
+
+def opener_work():
+    return 0  # opener
+
+
+def main_work(src):
+    src.release.set()  # let the opener go on
+    assert src.first_read.wait(30)  # it has its register now
+    return 0  # done
+
+
+def test_reader_slot_is_not_taken_while_its_register_opens():
+    # While one thread's open_reader() ran, its reader slot still read
+    # "closed": another thread took it and opened a register of its own.
+    # The first thread then wrote its register over the second's, which was
+    # never closed, not even by disable() or dealloc.
+    src = SlowOpenSource()
+    t = _tracer.Tracer(src, 0, ["bytes.current"])
+    t.add_code(opener_work.__code__)
+    t.add_code(main_work.__code__)
+
+    def opener():
+        src.block_thread = threading.get_ident()
+        _tracer.install_thread_hook()
+        opener_work()
+
+    t.enable()
+    try:
+        th = threading.Thread(target=opener, name="opener")
+        th.start()
+        assert src.blocked.wait(30)
+        main_work(src)
+        th.join(30)
+        assert not th.is_alive()
+    finally:
+        t.disable()
+    del t
+    assert src.opened >= 2
+    assert src.open == set()
+
+
+def test_register_opened_while_disabled_is_closed():
+    # disable() closes every open register; one still being opened was left
+    # to its thread, which stored it in the stopped sampler: it stayed open
+    # (a register every allocation of the source raises) until the tracer
+    # was enabled again or died.
+    src = SlowOpenSource()
+    t = _tracer.Tracer(src, 0, ["bytes.current"])
+    t.add_code(opener_work.__code__)
+
+    def opener():
+        src.block_thread = threading.get_ident()
+        _tracer.install_thread_hook()
+        opener_work()
+
+    t.enable()
+    try:
+        th = threading.Thread(target=opener, name="opener")
+        th.start()
+        assert src.blocked.wait(30)
+        t.disable()
+        src.release.set()
+        th.join(30)
+        assert not th.is_alive()
+        assert src.opened == 1
+        assert src.open == set()
+    finally:
+        t.disable()

@@ -539,11 +539,13 @@ sampler_release(Sampler *s, uint64_t thread)
         SamplerReader *rd = s->readers[r];
         if (rd->thread == thread && rd->reader >= 0) {
             src_close_reader(s, rd->device, rd->reader);
-            rd->reader = -1;
+            rd->reader = READER_IDLE;
         }
     }
 }
 
+/* A slot whose open_reader() is running is left to its thread, which
+ * closes what it gets once it sees the sampler stopped (push_take). */
 static void
 close_readers(Sampler *s)
 {
@@ -551,7 +553,7 @@ close_readers(Sampler *s)
         SamplerReader *rd = s->readers[r];
         if (rd->reader >= 0) {
             src_close_reader(s, rd->device, rd->reader);
-            rd->reader = -1;
+            rd->reader = READER_IDLE;
         }
     }
 }
@@ -569,7 +571,7 @@ reader_slot(Sampler *s, uint64_t thread)
             s->last_reader = r;
             return s->readers[r];
         }
-        if (idle < 0 && s->readers[r]->reader < 0) {
+        if (idle < 0 && s->readers[r]->reader == READER_IDLE) {
             idle = r;
         }
     }
@@ -590,7 +592,7 @@ reader_slot(Sampler *s, uint64_t thread)
             return NULL;
         }
         rd->last_counter = last;
-        rd->reader = -1;
+        rd->reader = READER_IDLE;
         idle = s->n_readers;
         grown[idle] = rd;
         s->n_readers++;
@@ -610,10 +612,21 @@ push_take(Sampler *s, uint64_t thread, int64_t *interval)
         return -1;
     }
     int own = thread == PyThreadState_GetID(PyThreadState_Get());
-    int fresh = rd->reader < 0;
+    int fresh = rd->reader == READER_IDLE;
     if (fresh) {
-        rd->reader = src_open_reader(s);
+        unsigned long stops = s->stops;
+        rd->reader = READER_OPENING;
         rd->device = s->device;
+        int reader = src_open_reader(s);
+        if (s->stops != stops) {
+            /* Stopped meanwhile: close_readers() left this slot to us. */
+            if (reader >= 0) {
+                src_close_reader(s, rd->device, reader);
+            }
+            rd->reader = READER_IDLE;
+            return -1;
+        }
+        rd->reader = reader < 0 ? READER_IDLE : reader;
         if (rd->reader < 0) {
             return -1;
         }

@@ -13,12 +13,18 @@
  * and counters, so no reading resets anything; a polled source resets its
  * peaks on each sample. */
 
+/* SamplerReader.reader when it holds no register.  Only an idle slot may
+ * change hands: while a Python source's open_reader() runs, other threads do
+ * too, and must not take the slot. */
+#define READER_IDLE (-1)       /* closed; the slot is free for any thread */
+#define READER_OPENING (-2)    /* its thread is in open_reader() */
+
 /* One thread's reader of a push source: the source's peak register and the
  * thread's counter readings at its previous read. */
 typedef struct {
     uint64_t thread;               /* PyThreadState_GetID() of its thread */
     int device;                    /* the device `reader` belongs to */
-    int reader;                    /* the source's register; -1 when closed */
+    int reader;                    /* the source's register, or READER_* */
     int64_t *last_counter;         /* Owned. n_columns */
 } SamplerReader;
 
