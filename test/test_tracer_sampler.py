@@ -331,3 +331,67 @@ def test_register_opened_while_disabled_is_closed():
         assert src.open == set()
     finally:
         t.disable()
+
+
+# ---- item 10: a push source with no free register is polled -------------------
+
+class FullPushSource:
+    """A push source whose registers are all taken: open_reader() returns
+    -1, so the caller polls sample() (and resets peaks) as source.h says."""
+    name = "full"
+    fields = ("bytes.allocated", "bytes.current", "bytes.peak")
+    kinds = ("counter", "level", "peak")
+
+    def __init__(self):
+        self.allocated = self.current = self.peak = 0
+        self.reads = 0
+
+    def alloc(self, n):
+        self.current += n
+        if n > 0:
+            self.allocated += n
+        self.peak = max(self.peak, self.current)
+
+    def prepare(self, device):
+        pass
+
+    def sample(self, device):
+        return (self.allocated, self.current, self.peak)
+
+    def reset_peaks(self, device):
+        self.peak = self.current
+
+    def open_reader(self, device):
+        return -1
+
+    def close_reader(self, device, reader):
+        raise AssertionError("no register was opened")
+
+    def read(self, device, reader):
+        self.reads += 1
+        raise AssertionError("no register was opened")
+
+
+def polled(src):
+    src.alloc(1000)  # grab
+    src.alloc(-1000)  # drop
+    return 0  # done
+
+
+def test_push_source_without_a_free_register_is_polled():
+    # push_take failed when open_reader() returned -1: every reading of
+    # that thread was a failure (sample_errors), and its lines had no figures.
+    src = FullPushSource()
+    t = _tracer.Tracer(src, 0, ["bytes.allocated", "bytes.current", "bytes.peak"],
+                       "bytes.current")
+    t.add_code(polled.__code__)
+    t.enable()
+    try:
+        polled(src)
+        polled(src)
+    finally:
+        t.disable()
+    assert t.sample_errors == 0
+    assert src.reads == 0
+    assert figures(t, polled, "# grab") == (2, 2000, (2000, 1000, 1000))
+    assert figures(t, polled, "# drop") == (2, -2000, (0, 0, 1000))

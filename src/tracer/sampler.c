@@ -541,6 +541,9 @@ sampler_release(Sampler *s, uint64_t thread)
             src_close_reader(s, rd->device, rd->reader);
             rd->reader = READER_IDLE;
         }
+        else if (rd->thread == thread && rd->reader == READER_POLLED) {
+            rd->reader = READER_IDLE;     /* a register may be free next time */
+        }
     }
 }
 
@@ -553,6 +556,9 @@ close_readers(Sampler *s)
         SamplerReader *rd = s->readers[r];
         if (rd->reader >= 0) {
             src_close_reader(s, rd->device, rd->reader);
+            rd->reader = READER_IDLE;
+        }
+        else if (rd->reader == READER_POLLED) {
             rd->reader = READER_IDLE;
         }
     }
@@ -602,6 +608,32 @@ reader_slot(Sampler *s, uint64_t thread)
     return s->readers[idle];
 }
 
+static int sampler_read(Sampler *s);
+
+/* A thread that found no free register polls, as source.h says: sample(),
+ * then reset_peaks() if a column is a peak (as a polled source is read;
+ * a register-less thread cannot do better), counters as the device's deltas
+ * since this thread's previous reading.  Its first reading has no span
+ * behind it: counters and peaks read 0 there.  Returns 0, or -1. */
+static int
+poll_take(Sampler *s, SamplerReader *rd, int fresh, int64_t *interval)
+{
+    if (sampler_read(s) < 0) {
+        return -1;
+    }
+    for (int c = 0; c < s->n_columns; c++) {
+        int64_t v = s->reading[s->field_of[c]];
+        if (s->kinds[c] == MEMLAB_COUNTER) {
+            interval[c] = fresh ? 0 : v - rd->last_counter[c];
+            rd->last_counter[c] = v;
+        }
+        else {
+            interval[c] = fresh && s->kinds[c] == MEMLAB_PEAK ? 0 : v;
+        }
+    }
+    return 0;
+}
+
 /* Read through `thread`'s register, opening it (and taking the counters'
  * baseline) on first use.  Returns 0, or -1. */
 static int
@@ -626,10 +658,10 @@ push_take(Sampler *s, uint64_t thread, int64_t *interval)
             rd->reader = READER_IDLE;
             return -1;
         }
-        rd->reader = reader < 0 ? READER_IDLE : reader;
-        if (rd->reader < 0) {
-            return -1;
-        }
+        rd->reader = reader < 0 ? READER_POLLED : reader;
+    }
+    if (rd->reader == READER_POLLED) {
+        return poll_take(s, rd, fresh, interval);
     }
     if (src_read(s, rd->reader) < 0) {
         return -1;

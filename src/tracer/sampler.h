@@ -11,13 +11,15 @@
  * reader's previous reading, a counter the delta since the last sample, a
  * level the reading itself.  A push source reports each thread's own peak
  * and counters, so no reading resets anything; a polled source resets its
- * peaks on each sample. */
+ * peaks on each sample, and so does a thread of a push source that found no
+ * free register (source.h). */
 
 /* SamplerReader.reader when it holds no register.  Only an idle slot may
  * change hands: while a Python source's open_reader() runs, other threads do
  * too, and must not take the slot. */
 #define READER_IDLE (-1)       /* closed; the slot is free for any thread */
 #define READER_OPENING (-2)    /* its thread is in open_reader() */
+#define READER_POLLED (-3)     /* none was free: its thread polls sample() */
 
 /* One thread's reader of a push source: the source's peak register and the
  * thread's counter readings at its previous read. */
