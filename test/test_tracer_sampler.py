@@ -395,3 +395,87 @@ def test_push_source_without_a_free_register_is_polled():
     assert src.reads == 0
     assert figures(t, polled, "# grab") == (2, 2000, (2000, 1000, 1000))
     assert figures(t, polled, "# drop") == (2, -2000, (0, 0, 1000))
+
+
+# ---- item 11: a level column is the level at the line's end ---------------------
+
+def callee(n):
+    _tracer.manual_alloc(n)  # callee alloc
+    _tracer.manual_alloc(-n)  # callee free
+    return n  # callee done
+
+
+def caller():
+    callee(1000)  # call
+    _tracer.manual_alloc(300)  # after
+    _tracer.manual_alloc(-300)  # undo
+    return 0  # done
+
+
+class LevelSource:
+    """A Python source with one level field driven by manual_alloc's twin."""
+    name = "level"
+    fields = ("n.current",)
+    kinds = ("level",)
+
+    def __init__(self):
+        self.level = 0
+
+    def prepare(self, device):
+        pass
+
+    def sample(self, device):
+        return (self.level,)
+
+    def reset_peaks(self, device):
+        pass
+
+
+def py_callee(src, n):
+    src.level += n  # callee alloc
+    src.level -= n  # callee free
+    return n  # callee done
+
+
+def py_caller(src):
+    py_callee(src, 1000)  # call
+    src.level += 300  # after
+    src.level -= 300  # undo
+    return 0  # done
+
+
+def test_caller_line_level_is_the_level_at_its_end_manual_source():
+    # A caller's line folded the highest level seen during its callees into
+    # its `.current` column (1000), not the level at the line's end (0), as
+    # _tracer.pyi and the record schema say.
+    _tracer.manual_reset()
+    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.current", "bytes.peak"],
+                       "bytes.current")
+    t.add_code(caller.__code__)
+    t.add_code(callee.__code__)
+    t.enable()
+    try:
+        caller()
+    finally:
+        t.disable()
+    assert figures(t, caller, "# call") == (1, 0, (0, 1000))
+    assert figures(t, caller, "# after") == (1, 300, (300, 300))
+    assert figures(t, callee, "# callee alloc") == (1, 1000, (1000, 1000))
+    assert figures(t, callee, "# callee free") == (1, -1000, (0, 1000))
+
+
+def test_caller_line_level_is_the_level_at_its_end_python_source():
+    src = LevelSource()
+    t = _tracer.Tracer(src, 0, ["n.current"], "n.current")
+    t.add_code(py_caller.__code__)
+    t.add_code(py_callee.__code__)
+    t.enable()
+    try:
+        py_caller(src)
+        src.level = 50          # a second execution ends higher: max over runs
+        py_caller(src)
+    finally:
+        t.disable()
+    assert figures(t, py_caller, "# call") == (2, 0, (50,))
+    assert figures(t, py_caller, "# after") == (2, 600, (350,))
+    assert figures(t, py_callee, "# callee alloc") == (2, 2000, (1050,))

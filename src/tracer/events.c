@@ -2,7 +2,8 @@
  *
  * Every event first takes one reading and folds the interval since the last
  * reading into the current line of *every* profiled frame on this thread, so
- * a call's peak is charged to the caller's line too.  Then the event moves
+ * a call's peak is charged to the caller's line too (a level column keeps
+ * the last reading: the level at the line's end).  Then the event moves
  * the innermost frame: a new line commits the old one, a return commits and
  * pops. */
 #include "tracer.h"
@@ -36,15 +37,17 @@ fold_interval(TracerObject *t, ThreadStack *stack, int64_t *level)
         t->sample_errors++;
         return -1;
     }
-    const memlab_fold *folds = t->sampler.folds;
+    /* A level is the one at the line's end, for an outer frame too (not the
+     * highest its callees reached): the last reading wins. */
+    const int *kinds = t->sampler.kinds;
     for (int i = 0; i < stack->depth; i++) {
         int64_t *pending = threadstack_pending(stack, n, i);
         for (int c = 0; c < n; c++) {
             int64_t v = t->interval[c];
-            if (folds[c] == FOLD_SUM) {
+            if (kinds[c] == MEMLAB_COUNTER) {
                 pending[c] += v;
             }
-            else if (v > pending[c]) {
+            else if (kinds[c] == MEMLAB_LEVEL || v > pending[c]) {
                 pending[c] = v;
             }
         }
