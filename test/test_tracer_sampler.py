@@ -479,3 +479,100 @@ def test_caller_line_level_is_the_level_at_its_end_python_source():
     assert figures(t, py_caller, "# call") == (2, 0, (50,))
     assert figures(t, py_caller, "# after") == (2, 600, (350,))
     assert figures(t, py_callee, "# callee alloc") == (2, 2000, (1050,))
+
+
+# ---- item 15: extreme readings and reader ids --------------------------------
+
+class ExtremeSource:
+    """Every field reads `value`, which the profiled code sets."""
+    name = "extreme"
+    fields = ("n.total", "n.current", "n.peak")
+    kinds = ("counter", "level", "peak")
+
+    def __init__(self):
+        self.value = INT64_MAX
+
+    def prepare(self, device):
+        pass
+
+    def sample(self, device):
+        return (self.value,) * 3
+
+    def reset_peaks(self, device):
+        pass
+
+
+def extreme(src):
+    src.value = INT64_MIN  # low
+    src.value = INT64_MAX  # high
+    return 0  # done
+
+
+def extreme_outer(src):
+    extreme(src), extreme(src)  # both
+    return 0  # outer done
+
+
+def test_extreme_readings_saturate():
+    # Counter deltas (reading - previous reading), their sums over a line's
+    # intervals and over executions, and net growth were plain int64
+    # arithmetic: INT64_MIN then INT64_MAX overflowed (undefined behaviour;
+    # in practice it wrapped to -1).  They now saturate.
+    src = ExtremeSource()
+    t = _tracer.Tracer(src, 0, ["n.total", "n.current", "n.peak"], "n.current")
+    t.add_code(extreme.__code__)
+    t.add_code(extreme_outer.__code__)
+    t.enable()
+    try:
+        extreme(src)
+        extreme(src)
+        extreme_outer(src)
+    finally:
+        t.disable()
+    assert t.sample_errors == 0
+    # each run: MAX -> MIN on "low", MIN -> MAX on "high"
+    # (a line's peak never reads below 0: its pending figure starts there)
+    assert figures(t, extreme, "# low") == (4, INT64_MIN, (INT64_MIN, INT64_MIN, 0))
+    assert figures(t, extreme, "# high") == (4, INT64_MAX, (INT64_MAX, INT64_MAX, INT64_MAX))
+    count, growth, (total, level, peak) = figures(t, extreme_outer, "# both")
+    assert (count, growth, level, peak) == (1, 0, INT64_MAX, INT64_MAX)
+    assert INT64_MIN <= total <= INT64_MAX
+
+
+class WideReaderSource(FullPushSource):
+    """A push source whose register ids do not fit in a C int."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def open_reader(self, device):
+        return 2 ** 32 + 3
+
+    def close_reader(self, device, reader):
+        self.seen.append(reader)
+
+    def read(self, device, reader):
+        self.seen.append(reader)
+        return (self.allocated, self.current, self.peak)
+
+
+def test_reader_id_is_not_truncated():
+    # open_reader()'s result was cast to int: 2**32 + 3 became register 3,
+    # which was then read and closed.  A reader id that is not an int is a
+    # failed open (reported with sys.unraisablehook), so the thread polls.
+    src = WideReaderSource()
+    t = _tracer.Tracer(src, 0, ["bytes.allocated"])
+    t.add_code(polled.__code__)
+    unraisable = []
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = unraisable.append
+    t.enable()
+    try:
+        polled(src)
+    finally:
+        t.disable()
+        sys.unraisablehook = old_hook
+    assert src.seen == []
+    assert unraisable and unraisable[0].exc_type is OverflowError
+    assert figures(t, polled, "# grab") == (1, 0, (1000,))

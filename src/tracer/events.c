@@ -45,7 +45,7 @@ fold_interval(TracerObject *t, ThreadStack *stack, int64_t *level)
         for (int c = 0; c < n; c++) {
             int64_t v = t->interval[c];
             if (kinds[c] == MEMLAB_COUNTER) {
-                pending[c] += v;
+                pending[c] = memlab_add_sat(pending[c], v);
             }
             else if (kinds[c] == MEMLAB_LEVEL || v > pending[c]) {
                 pending[c] = v;
@@ -63,7 +63,7 @@ commit_line(TracerObject *t, ThreadStack *stack, int i, int64_t level, int next_
     int n = t->sampler.n_columns;
     int64_t *pending = threadstack_pending(stack, n, i);
     if (f->line >= 0 && linetable_commit(f->table, f->line, f->counted,
-                                         level - f->start_level, pending,
+                                         memlab_sub_sat(level, f->start_level), pending,
                                          t->sampler.folds) < 0) {
         t->memory_errors++;
     }

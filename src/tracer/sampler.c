@@ -1,5 +1,6 @@
 #include "sampler.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -482,10 +483,15 @@ src_open_reader(Sampler *s)
     int reader = -1;
     PyObject *r = PyObject_CallMethod(s->owner, "open_reader", "i", s->device);
     if (r != NULL) {
-        reader = PyLong_AsLong(r);
+        long id = PyLong_AsLong(r);
         Py_DECREF(r);
-        if (reader == -1 && PyErr_Occurred()) {
-            reader = -1;
+        if (id > INT_MAX) {
+            /* an int register id, or it would name another register */
+            PyErr_Format(PyExc_OverflowError, "open_reader() returned %ld: "
+                         "a register id is at most %d", id, INT_MAX);
+        }
+        else if (id >= 0) {
+            reader = (int)id;
         }
     }
     if (PyErr_Occurred()) {
@@ -624,7 +630,7 @@ poll_take(Sampler *s, SamplerReader *rd, int fresh, int64_t *interval)
     for (int c = 0; c < s->n_columns; c++) {
         int64_t v = s->reading[s->field_of[c]];
         if (s->kinds[c] == MEMLAB_COUNTER) {
-            interval[c] = fresh ? 0 : v - rd->last_counter[c];
+            interval[c] = fresh ? 0 : memlab_sub_sat(v, rd->last_counter[c]);
             rd->last_counter[c] = v;
         }
         else {
@@ -678,7 +684,7 @@ push_take(Sampler *s, uint64_t thread, int64_t *interval)
             interval[c] = 0;
         }
         else {
-            interval[c] = v - rd->last_counter[c];
+            interval[c] = memlab_sub_sat(v, rd->last_counter[c]);
         }
         if (own) {
             rd->last_counter[c] = v;
@@ -819,7 +825,7 @@ sampler_take(Sampler *s, uint64_t thread, int64_t *interval, int64_t *level)
     for (int c = 0; c < s->n_columns; c++) {
         int64_t v = s->reading[s->field_of[c]];
         if (s->kinds[c] == MEMLAB_COUNTER) {
-            interval[c] = v - s->last_counter[c];
+            interval[c] = memlab_sub_sat(v, s->last_counter[c]);
             s->last_counter[c] = v;
         }
         else if (s->kinds[c] == MEMLAB_PEAK && s->has_carried
