@@ -10,7 +10,9 @@ version and C++ ABI it was compiled against (MEMLAB_TORCH_VERSION,
 MEMLAB_TORCH_CXX11_ABI); the loader refuses it under any other torch.
 
 MEMLAB_WERROR=1 turns warnings into errors; MEMLAB_ASAN=1 builds with
-AddressSanitizer (see Makefile's asan target).
+AddressSanitizer (see Makefile's asan target); MEMLAB_UBSAN=1 adds
+UndefinedBehaviorSanitizer (run with UBSAN_OPTIONS=halt_on_error=1 to stop at
+its first report).
 """
 import glob
 import os
@@ -21,6 +23,7 @@ from setuptools.command.build_ext import build_ext
 
 WERROR = os.environ.get("MEMLAB_WERROR") == "1"
 ASAN = os.environ.get("MEMLAB_ASAN") == "1"
+UBSAN = os.environ.get("MEMLAB_UBSAN") == "1"
 
 
 def c_flags():
@@ -30,7 +33,15 @@ def c_flags():
         flags.append("-Werror")
     if ASAN:
         flags += ["-fsanitize=address", "-fno-omit-frame-pointer", "-O1", "-g"]
+    if UBSAN:
+        # Python's CFLAGS (-fno-strict-overflow or -fwrapv) make signed
+        # overflow wrap, so the sanitizer would not see it: -fno-wrapv.
+        flags += ["-fsanitize=undefined", "-fno-wrapv", "-fno-omit-frame-pointer", "-g"]
     return flags
+
+
+def sanitizer_link_flags():
+    return (["-fsanitize=address"] if ASAN else []) + (["-fsanitize=undefined"] if UBSAN else [])
 
 
 def tracer_extension():
@@ -39,7 +50,7 @@ def tracer_extension():
         sources=sorted(glob.glob("src/tracer/*.c")),
         include_dirs=["include", "src/tracer"],
         extra_compile_args=c_flags(),
-        extra_link_args=["-fsanitize=address"] if ASAN else [],
+        extra_link_args=sanitizer_link_flags(),
     )
 
 

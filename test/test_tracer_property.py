@@ -10,7 +10,8 @@ src/tracer/events.c:
 
 * every event takes one reading and folds the interval into the pending
   figures of the current line of *every* profiled frame on the stack
-  (``*.peak`` and levels: max, counters: sum of deltas);
+  (``*.peak``: max, counters: sum of deltas, levels: the last reading, i.e.
+  the level at the line's end);
 * a line event commits the innermost frame's line and opens the next one; a
   start pushes a frame (a resumed generator continues an already counted
   line: the one it yielded at, so what runs before its next line event is
@@ -95,6 +96,7 @@ class Reference:
         self.columns = columns
         self.kinds = [column_kind(c) for c in columns]
         self.summed = [k == "counter" for k in self.kinds]
+        self.last_wins = [k == "level" for k in self.kinds]
         self.has_peaks = "peak" in self.kinds
         self.last = {}
         self.stack = []
@@ -125,7 +127,7 @@ class Reference:
             for c, v in enumerate(interval):
                 if self.summed[c]:
                     pending[c] += v
-                elif v > pending[c]:
+                elif self.last_wins[c] or v > pending[c]:
                     pending[c] = v
         return level
 

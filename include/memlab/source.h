@@ -62,7 +62,11 @@ typedef struct memlab_source {
      * resets shared state (nor the user's own peak statistics).
      *
      * open_reader: a free register armed at the current levels; its id >= 0,
-     * or -1 when none is free (the caller then polls).  Control path.
+     * or -1 when none is free.  The caller then polls for that thread until
+     * its profiled frames have all returned: sample(), followed by
+     * reset_peaks() when a chosen column is a MEMLAB_PEAK field (a source
+     * whose reset_peaks() fails makes those readings failures), counters
+     * as the device's deltas.  Control path.
      * close_reader: give the register back.  Control path.
      * read: like sample(), except that every MEMLAB_PEAK field is this reader's
      * peak since its previous read (the register is then rearmed at the

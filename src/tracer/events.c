@@ -2,7 +2,8 @@
  *
  * Every event first takes one reading and folds the interval since the last
  * reading into the current line of *every* profiled frame on this thread, so
- * a call's peak is charged to the caller's line too.  Then the event moves
+ * a call's peak is charged to the caller's line too (a level column keeps
+ * the last reading: the level at the line's end).  Then the event moves
  * the innermost frame: a new line commits the old one, a return commits and
  * pops. */
 #include "tracer.h"
@@ -15,25 +16,38 @@ current_stack(TracerObject *t)
     return threadstacks_get(&t->threads, PyThreadState_GetID(PyThreadState_Get()));
 }
 
-/* Fold this interval into every open frame's pending figures.  Returns the
- * growth field's level, or -1 (and counts an error) if reading failed. */
+/* fold_interval's result when the tracer was disabled (and perhaps enabled
+ * again) while a Python source ran with the GIL released: the event belongs
+ * to a session that is closed, and must not touch the stack. */
+#define FOLD_STALE 1
+
+/* Fold this interval into every open frame's pending figures.  Returns 0
+ * with the growth field's level in *level, -1 (and counts an error) if
+ * reading failed, or FOLD_STALE. */
 static int
 fold_interval(TracerObject *t, ThreadStack *stack, int64_t *level)
 {
     int n = t->sampler.n_columns;
-    if (sampler_take(&t->sampler, stack->thread, t->interval, level) < 0) {
+    unsigned long stops = t->sampler.stops;
+    int rc = sampler_take(&t->sampler, stack->thread, t->interval, level);
+    if (!t->enabled || t->sampler.stops != stops) {
+        return FOLD_STALE;
+    }
+    if (rc < 0) {
         t->sample_errors++;
         return -1;
     }
-    const memlab_fold *folds = t->sampler.folds;
+    /* A level is the one at the line's end, for an outer frame too (not the
+     * highest its callees reached): the last reading wins. */
+    const int *kinds = t->sampler.kinds;
     for (int i = 0; i < stack->depth; i++) {
         int64_t *pending = threadstack_pending(stack, n, i);
         for (int c = 0; c < n; c++) {
             int64_t v = t->interval[c];
-            if (folds[c] == FOLD_SUM) {
-                pending[c] += v;
+            if (kinds[c] == MEMLAB_COUNTER) {
+                pending[c] = memlab_add_sat(pending[c], v);
             }
-            else if (v > pending[c]) {
+            else if (kinds[c] == MEMLAB_LEVEL || v > pending[c]) {
                 pending[c] = v;
             }
         }
@@ -49,7 +63,7 @@ commit_line(TracerObject *t, ThreadStack *stack, int i, int64_t level, int next_
     int n = t->sampler.n_columns;
     int64_t *pending = threadstack_pending(stack, n, i);
     if (f->line >= 0 && linetable_commit(f->table, f->line, f->counted,
-                                         level - f->start_level, pending,
+                                         memlab_sub_sat(level, f->start_level), pending,
                                          t->sampler.folds) < 0) {
         t->memory_errors++;
     }
@@ -76,7 +90,8 @@ push_frame(TracerObject *t, ThreadStack *stack, LineTable *table, int line,
 }
 
 /* A reading that failed still keeps the stack's shape; the level is then the
- * frame's own start level, so no growth is invented. */
+ * frame's own start level, so no growth is invented.  An event that outlived
+ * its session (see FOLD_STALE) drops its work. */
 #define BEGIN_EVENT(t, stack, level)                      \
     if (!(t)->enabled) return;                            \
     ThreadStack *stack = current_stack(t);                \
@@ -84,7 +99,12 @@ push_frame(TracerObject *t, ThreadStack *stack, LineTable *table, int line,
     if (stack->in_callback) return;                       \
     stack->in_callback = 1;                               \
     int64_t level = 0;                                    \
-    int read_ok = fold_interval((t), stack, &level) == 0;
+    int folded = fold_interval((t), stack, &level);       \
+    if (folded == FOLD_STALE) {                           \
+        stack->in_callback = 0;                           \
+        return;                                           \
+    }                                                     \
+    int read_ok = folded == 0;
 
 #define END_EVENT(t) stack->in_callback = 0;
 

@@ -143,14 +143,14 @@ linetable_commit(LineTable *t, int line, int counted, int64_t growth,
     int first_time = !t->seen[slot];
     for (int c = 0; c < t->n_columns; c++) {
         if (folds[c] == FOLD_SUM) {
-            row[c] += values[c];
+            row[c] = memlab_add_sat(row[c], values[c]);
         }
         else if (first_time || values[c] > row[c]) {
             row[c] = values[c];
         }
     }
     t->hits[slot] += counted ? 1 : 0;
-    t->growth[slot] += growth;
+    t->growth[slot] = memlab_add_sat(t->growth[slot], growth);
     t->seen[slot] = 1;
     return 0;
 }

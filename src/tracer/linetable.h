@@ -5,6 +5,33 @@
 #include "compat.h"
 #include <stdint.h>
 
+/* Saturating int64 arithmetic for every figure made from readings: a Python
+ * source may report any int64, and a delta or a sum of extremes must stay
+ * defined and keep its sign rather than wrap. */
+static inline int64_t
+memlab_add_sat(int64_t a, int64_t b)
+{
+    if (b > 0 && a > INT64_MAX - b) {
+        return INT64_MAX;
+    }
+    if (b < 0 && a < INT64_MIN - b) {
+        return INT64_MIN;
+    }
+    return a + b;
+}
+
+static inline int64_t
+memlab_sub_sat(int64_t a, int64_t b)
+{
+    if (b < 0 && a > INT64_MAX + b) {
+        return INT64_MAX;
+    }
+    if (b > 0 && a < INT64_MIN + b) {
+        return INT64_MIN;
+    }
+    return a - b;
+}
+
 /* How a column folds interval figures together, and executions together. */
 typedef enum { FOLD_MAX = 0, FOLD_SUM = 1 } memlab_fold;
 

@@ -1,5 +1,6 @@
 #include "sampler.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -287,6 +288,7 @@ sampler_init(Sampler *s, PyObject *source, int device, PyObject *columns,
                   && PyObject_HasAttrString(source, "close_reader")
                   && PyObject_HasAttrString(source, "read");
     }
+    s->field_names = Py_NewRef(fields);
     s->device = device;
     s->n_fields = (int)PyTuple_GET_SIZE(fields);
     s->growth_field = -1;
@@ -333,6 +335,7 @@ sampler_dealloc(Sampler *s)
     s->readers = NULL;
     s->n_readers = 0;
     Py_CLEAR(s->owner);
+    Py_CLEAR(s->field_names);
     free(s->carried); free(s->field_kinds);
     s->carried = NULL; s->field_kinds = NULL;
     free(s->field_of); free(s->kinds); free(s->folds);
@@ -344,16 +347,7 @@ sampler_dealloc(Sampler *s)
 static PyObject *
 sampler_field_name(const Sampler *s, int field)
 {
-    if (s->csource != NULL) {
-        return PyUnicode_FromString(s->csource->fields[field].name);
-    }
-    PyObject *info = sampler_source_info(s->owner);
-    if (info == NULL) {
-        return NULL;
-    }
-    PyObject *name = Py_NewRef(PyTuple_GET_ITEM(PyTuple_GET_ITEM(info, 1), field));
-    Py_DECREF(info);
-    return name;
+    return Py_NewRef(PyTuple_GET_ITEM(s->field_names, field));
 }
 
 PyObject *
@@ -433,11 +427,29 @@ python_reset(Sampler *s)
  * hands the peaks it saw to its peers, who would otherwise miss them. */
 static Sampler *live_samplers;
 
+/* Do a and b read the same fields of one device?  A Python source's fields
+ * may have changed between two Tracer()s: then indices differ in meaning (and
+ * in range), and nothing is shared. */
 static int
 same_device(const Sampler *a, const Sampler *b)
 {
-    return a->device == b->device
-           && (a->csource != NULL ? a->csource == b->csource : a->owner == b->owner);
+    if (a->device != b->device) {
+        return 0;
+    }
+    if (a->csource != NULL) {
+        return a->csource == b->csource;
+    }
+    if (a->owner != b->owner || a->n_fields != b->n_fields) {
+        return 0;
+    }
+    for (int f = 0; f < a->n_fields && a->field_names != b->field_names; f++) {
+        /* str against str: compares the data, calls no Python code */
+        if (PyUnicode_Compare(PyTuple_GET_ITEM(a->field_names, f),
+                              PyTuple_GET_ITEM(b->field_names, f)) != 0) {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 static void
@@ -471,10 +483,15 @@ src_open_reader(Sampler *s)
     int reader = -1;
     PyObject *r = PyObject_CallMethod(s->owner, "open_reader", "i", s->device);
     if (r != NULL) {
-        reader = PyLong_AsLong(r);
+        long id = PyLong_AsLong(r);
         Py_DECREF(r);
-        if (reader == -1 && PyErr_Occurred()) {
-            reader = -1;
+        if (id > INT_MAX) {
+            /* an int register id, or it would name another register */
+            PyErr_Format(PyExc_OverflowError, "open_reader() returned %ld: "
+                         "a register id is at most %d", id, INT_MAX);
+        }
+        else if (id >= 0) {
+            reader = (int)id;
         }
     }
     if (PyErr_Occurred()) {
@@ -528,11 +545,16 @@ sampler_release(Sampler *s, uint64_t thread)
         SamplerReader *rd = s->readers[r];
         if (rd->thread == thread && rd->reader >= 0) {
             src_close_reader(s, rd->device, rd->reader);
-            rd->reader = -1;
+            rd->reader = READER_IDLE;
+        }
+        else if (rd->thread == thread && rd->reader == READER_POLLED) {
+            rd->reader = READER_IDLE;     /* a register may be free next time */
         }
     }
 }
 
+/* A slot whose open_reader() is running is left to its thread, which
+ * closes what it gets once it sees the sampler stopped (push_take). */
 static void
 close_readers(Sampler *s)
 {
@@ -540,7 +562,10 @@ close_readers(Sampler *s)
         SamplerReader *rd = s->readers[r];
         if (rd->reader >= 0) {
             src_close_reader(s, rd->device, rd->reader);
-            rd->reader = -1;
+            rd->reader = READER_IDLE;
+        }
+        else if (rd->reader == READER_POLLED) {
+            rd->reader = READER_IDLE;
         }
     }
 }
@@ -558,7 +583,7 @@ reader_slot(Sampler *s, uint64_t thread)
             s->last_reader = r;
             return s->readers[r];
         }
-        if (idle < 0 && s->readers[r]->reader < 0) {
+        if (idle < 0 && s->readers[r]->reader == READER_IDLE) {
             idle = r;
         }
     }
@@ -579,7 +604,7 @@ reader_slot(Sampler *s, uint64_t thread)
             return NULL;
         }
         rd->last_counter = last;
-        rd->reader = -1;
+        rd->reader = READER_IDLE;
         idle = s->n_readers;
         grown[idle] = rd;
         s->n_readers++;
@@ -587,6 +612,32 @@ reader_slot(Sampler *s, uint64_t thread)
     s->readers[idle]->thread = thread;
     s->last_reader = idle;
     return s->readers[idle];
+}
+
+static int sampler_read(Sampler *s);
+
+/* A thread that found no free register polls, as source.h says: sample(),
+ * then reset_peaks() if a column is a peak (as a polled source is read;
+ * a register-less thread cannot do better), counters as the device's deltas
+ * since this thread's previous reading.  Its first reading has no span
+ * behind it: counters and peaks read 0 there.  Returns 0, or -1. */
+static int
+poll_take(Sampler *s, SamplerReader *rd, int fresh, int64_t *interval)
+{
+    if (sampler_read(s) < 0) {
+        return -1;
+    }
+    for (int c = 0; c < s->n_columns; c++) {
+        int64_t v = s->reading[s->field_of[c]];
+        if (s->kinds[c] == MEMLAB_COUNTER) {
+            interval[c] = fresh ? 0 : memlab_sub_sat(v, rd->last_counter[c]);
+            rd->last_counter[c] = v;
+        }
+        else {
+            interval[c] = fresh && s->kinds[c] == MEMLAB_PEAK ? 0 : v;
+        }
+    }
+    return 0;
 }
 
 /* Read through `thread`'s register, opening it (and taking the counters'
@@ -599,13 +650,24 @@ push_take(Sampler *s, uint64_t thread, int64_t *interval)
         return -1;
     }
     int own = thread == PyThreadState_GetID(PyThreadState_Get());
-    int fresh = rd->reader < 0;
+    int fresh = rd->reader == READER_IDLE;
     if (fresh) {
-        rd->reader = src_open_reader(s);
+        unsigned long stops = s->stops;
+        rd->reader = READER_OPENING;
         rd->device = s->device;
-        if (rd->reader < 0) {
+        int reader = src_open_reader(s);
+        if (s->stops != stops) {
+            /* Stopped meanwhile: close_readers() left this slot to us. */
+            if (reader >= 0) {
+                src_close_reader(s, rd->device, reader);
+            }
+            rd->reader = READER_IDLE;
             return -1;
         }
+        rd->reader = reader < 0 ? READER_POLLED : reader;
+    }
+    if (rd->reader == READER_POLLED) {
+        return poll_take(s, rd, fresh, interval);
     }
     if (src_read(s, rd->reader) < 0) {
         return -1;
@@ -622,7 +684,7 @@ push_take(Sampler *s, uint64_t thread, int64_t *interval)
             interval[c] = 0;
         }
         else {
-            interval[c] = v - rd->last_counter[c];
+            interval[c] = memlab_sub_sat(v, rd->last_counter[c]);
         }
         if (own) {
             rd->last_counter[c] = v;
@@ -634,6 +696,7 @@ push_take(Sampler *s, uint64_t thread, int64_t *interval)
 void
 sampler_stop(Sampler *s)
 {
+    s->stops++;
     if (s->push) {
         close_readers(s);
     }
@@ -762,7 +825,7 @@ sampler_take(Sampler *s, uint64_t thread, int64_t *interval, int64_t *level)
     for (int c = 0; c < s->n_columns; c++) {
         int64_t v = s->reading[s->field_of[c]];
         if (s->kinds[c] == MEMLAB_COUNTER) {
-            interval[c] = v - s->last_counter[c];
+            interval[c] = memlab_sub_sat(v, s->last_counter[c]);
             s->last_counter[c] = v;
         }
         else if (s->kinds[c] == MEMLAB_PEAK && s->has_carried

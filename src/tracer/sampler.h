@@ -11,20 +11,32 @@
  * reader's previous reading, a counter the delta since the last sample, a
  * level the reading itself.  A push source reports each thread's own peak
  * and counters, so no reading resets anything; a polled source resets its
- * peaks on each sample. */
+ * peaks on each sample, and so does a thread of a push source that found no
+ * free register (source.h). */
+
+/* SamplerReader.reader when it holds no register.  Only an idle slot may
+ * change hands: while a Python source's open_reader() runs, other threads do
+ * too, and must not take the slot. */
+#define READER_IDLE (-1)       /* closed; the slot is free for any thread */
+#define READER_OPENING (-2)    /* its thread is in open_reader() */
+#define READER_POLLED (-3)     /* none was free: its thread polls sample() */
 
 /* One thread's reader of a push source: the source's peak register and the
  * thread's counter readings at its previous read. */
 typedef struct {
     uint64_t thread;               /* PyThreadState_GetID() of its thread */
     int device;                    /* the device `reader` belongs to */
-    int reader;                    /* the source's register; -1 when closed */
+    int reader;                    /* the source's register, or READER_* */
     int64_t *last_counter;         /* Owned. n_columns */
 } SamplerReader;
 
 typedef struct Sampler {
     const memlab_source *csource;  /* Borrowed: static storage in the shim. */
     PyObject *owner;               /* Owned. the capsule, or the Python source */
+    PyObject *field_names;         /* Owned. tuple of str: the source's fields as
+                                      read once at init (a Python source's
+                                      `fields` may change later; our indices
+                                      must not) */
     int device;
     int n_fields;
     int n_columns;
@@ -45,6 +57,9 @@ typedef struct Sampler {
     int last_reader;               /* index used last: a cache */
     struct Sampler *next_live;     /* Borrowed. started samplers, to share peaks */
     int live;
+    unsigned long stops;           /* sampler_stop() calls: a caller that let a
+                                      Python source run compares it to learn
+                                      that the tracer was disabled meanwhile */
 } Sampler;
 
 /* Python-facing helpers; return NULL / -1 with an exception set. */
