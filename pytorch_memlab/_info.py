@@ -20,7 +20,7 @@ def info() -> dict[str, Any]:
     (or which columns still poll when it pushes)."""
     import torch
 
-    from pytorch_memlab.line_profiler.columns import DEFAULT_COLUMNS, GROWTH_FIELD
+    from pytorch_memlab.records.columns import DEFAULT_COLUMNS, GROWTH_FIELD
     shim, error = native._load_shim()
     result: dict[str, Any] = {
         "torch": torch.__version__,

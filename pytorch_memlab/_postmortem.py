@@ -5,7 +5,7 @@ wrapper's handler, ``LineProfiler.__exit__``, the ``run`` command), while the
 traceback's frames still hold the tensors.  It returns a plain dict, the
 post-mortem, which the profiler attaches to the record of the innermost
 profiled function the error passed through (``stats()``, the JSON export) and
-prints after the line table (``format_postmortem``)::
+prints after the line table (``reports.postmortem_text``, which needs no torch)::
 
     {"error": "OutOfMemoryError", "device": "cuda:0",
      "when": "at the failing allocation",        # or "after the error"
@@ -38,9 +38,9 @@ from typing import Any, Container, Dict, List, Optional, Tuple
 import torch
 
 from .common.devices import device_matches
-from .common.sizes import readable_size, with_bytes
 from .common.tensors import is_tensor
 from .mem_reporter.collect import Collector, walk_gc
+from .reports.postmortem_text import hints
 
 TOP = 10
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -231,40 +231,6 @@ def _live_tensors(exc: BaseException, device: str) -> List[Dict[str, Any]]:
              "bytes": r.bytes, "line": origin.get(r.name)} for r in mine[:TOP]]
 
 
-# ---------------------------------------------------------------- hints
-
-def _size(n: Optional[int]) -> str:
-    return "-" if n is None else readable_size(n)
-
-
-def _hints(pm: Dict[str, Any]) -> List[str]:
-    hints = []
-    requested, allocated = pm["requested_bytes"], pm["allocated_bytes"]
-    total, reserved = pm["total_bytes"], pm["reserved_bytes"]
-    where = "the machine's memory" if pm["device"] == "cpu" else f"{pm['device']}'s memory"
-    if requested is not None and total is not None and requested > total:
-        hints.append(f"The failing allocation alone ({_size(requested)}) is larger than "
-                     f"{where} ({_size(total)}): no amount of freeing makes it fit; "
-                     f"allocate less on the line that raised.")
-    elif (requested is not None and allocated is not None and reserved is not None
-          and pm["largest_free_block_bytes"] is not None
-          and reserved - allocated >= requested > pm["largest_free_block_bytes"]):
-        hints.append(f"{_size(reserved - allocated)} is reserved but unallocated, enough for "
-                     f"the request, yet no free block is large enough (largest "
-                     f"{_size(pm['largest_free_block_bytes'])}): memory is fragmented. Set "
-                     f"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.")
-    top = pm["tensors"][0] if pm["tensors"] else None
-    if top is not None and allocated and top["bytes"] * 2 >= allocated:
-        at = f", assigned at {top['line']}" if top["line"] else ""
-        hints.append(f"{top['name']} alone holds {_size(top['bytes'])} "
-                     f"({100 * top['bytes'] // allocated}% of allocated{at}): free it "
-                     f"(del {top['name']}) or make it smaller before the failing line.")
-    if not hints:
-        hints.append("Live tensors fill the memory: free those no longer needed (del), "
-                     "or use smaller batches.")
-    return hints
-
-
 # ---------------------------------------------------------------- entry points
 
 def capture(exc: BaseException) -> Optional[Dict[str, Any]]:
@@ -295,45 +261,10 @@ def capture(exc: BaseException) -> Optional[Dict[str, Any]]:
             pm["tensors"] = _live_tensors(exc, pm["device"])
         except Exception:
             pm["tensors"] = []
-        pm["hints"] = _hints(pm)
+        pm["hints"] = hints(pm)
         return pm
     except Exception:
         return None
-
-
-def _row(label: str, value: str) -> str:
-    return f"  {label:<22}{value}"
-
-
-def _exact(n: Optional[int]) -> str:
-    return "-" if n is None else with_bytes(n)
-
-
-def format_postmortem(pm: Dict[str, Any], qualname: str) -> str:
-    """The text printed after the line table."""
-    out = [f"Out of memory ({pm['error']}) in {qualname} on {pm['device']}; "
-           f"figures read {pm['when']}:",
-           _row("requested", _exact(pm["requested_bytes"])),
-           _row("allocated", _exact(pm["allocated_bytes"])),
-           _row("reserved", _exact(pm["reserved_bytes"]))]
-    free = _size(pm["free_bytes"])
-    if pm["total_bytes"] is not None:
-        free += f" of {_size(pm['total_bytes'])}"
-    out.append(_row("free", free))
-    out.append(_row("fragmentation", f"reserved - allocated = {_size(pm['fragmentation_bytes'])}; "
-                                     f"largest free block {_size(pm['largest_free_block_bytes'])}"))
-    if pm["tensors"]:
-        out.append(f"  largest live tensors on {pm['device']}:")
-        width = max(len(t["name"]) for t in pm["tensors"]) + 2
-        for t in pm["tensors"]:
-            shape = str(tuple(t["shape"]))
-            line = f"assigned at {t['line']}" if t["line"] else ""
-            out.append(f"    {t['name']:<{width}}{t['dtype']:<10}{shape:>16}{_size(t['bytes']):>14}"
-                       f"  {line}".rstrip())
-    else:
-        out.append(f"  no live tensor found on {pm['device']}")
-    out += [f"  hint: {h}" for h in pm["hints"]]
-    return "\n".join(out)
 
 
 def attach(records: List[Any], found: Optional[Tuple[types.CodeType, Dict[str, Any]]]) -> List[Any]:

@@ -265,6 +265,25 @@ def test_view_writes_html_and_converts(train):
     assert out.returncode == 2 and "not JSON" in out.stderr
 
 
+def test_view_works_without_torch(train):
+    # torch made unimportable in the viewing process: the same tables, the
+    # HTML report, and torch never imported
+    assert memlab(train, "run", "-d", "cpu", "-f", "main.step", "-o", "p.json",
+                  "train.py").returncode == 0
+    with_torch = memlab(train, "view", "p.json")
+    blocked = ("import runpy, sys; sys.modules['torch'] = None; "
+               "sys.argv[0] = 'pytorch_memlab'; "
+               "runpy.run_module('pytorch_memlab', run_name='__main__', alter_sys=True)")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for extra in ([], ["-o", "r.html"]):
+        proc = subprocess.run([sys.executable, "-c", blocked, "view", "p.json", *extra],
+                              cwd=train, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        if not extra:
+            assert proc.stdout == with_torch.stdout and "## main.<locals>.step" in proc.stdout
+    assert (train / "r.html").read_text().startswith("<!DOCTYPE html>")
+
+
 def test_demo_still_runs(tmp_path):
     out = memlab(tmp_path, "demo", "-d", "cpu")
     assert out.returncode == 0, out.stderr

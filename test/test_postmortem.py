@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 
 from pytorch_memlab import LineProfiler, load  # noqa: E402
 from pytorch_memlab import _postmortem  # noqa: E402
+from pytorch_memlab.reports import postmortem_text  # noqa: E402
 from pytorch_memlab.line_profiler.timeline import read_totals  # noqa: E402
 
 TOO_MUCH = 1 << 62
@@ -152,13 +153,13 @@ def test_hints_follow_the_figures():
     base = {"device": "cuda:0", "requested_bytes": 64 << 20, "allocated_bytes": 900 << 20,
             "reserved_bytes": 1000 << 20, "total_bytes": 1024 << 20, "free_bytes": 0,
             "largest_free_block_bytes": 20 << 20, "tensors": []}
-    (hint,) = _postmortem._hints(base)
+    (hint,) = postmortem_text.hints(base)
     assert "fragmented" in hint and "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in hint
     roomy = dict(base, largest_free_block_bytes=80 << 20)
-    assert _postmortem._hints(roomy)[0].startswith("Live tensors fill the memory")
+    assert postmortem_text.hints(roomy)[0].startswith("Live tensors fill the memory")
     huge = dict(base, largest_free_block_bytes=80 << 20,
                 tensors=[{"name": "cache", "bytes": 600 << 20, "line": "train.py:3"}])
-    assert _postmortem._hints(huge) == [
+    assert postmortem_text.hints(huge) == [
         "cache alone holds 600.00M (66% of allocated, assigned at train.py:3): free it "
         "(del cache) or make it smaller before the failing line."]
 

@@ -19,7 +19,7 @@ def view_command(args: argparse.Namespace) -> int:
     if not os.path.exists(args.profile):
         print(f"pytorch_memlab view: error: {args.profile}: no such file", file=sys.stderr)
         return USAGE_ERROR
-    from ..line_profiler import load
+    from ..records.saved import load
     try:
         saved = load(args.profile)
     except (OSError, ValueError, TypeError, KeyError) as exc:  # UnicodeDecodeError is a ValueError

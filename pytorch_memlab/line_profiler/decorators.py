@@ -13,7 +13,7 @@ import sys
 import threading
 from typing import Any, Callable, Optional
 
-from .columns import ColumnsArg, normalize_columns
+from ..records.columns import ColumnsArg, normalize_columns
 from ..common.devices import DeviceArg, resolve_devices
 from .wrapping import wrap_any
 from ..distributed import decorator_reporter, rank_device

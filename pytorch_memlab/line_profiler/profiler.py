@@ -16,7 +16,7 @@ from ..records.select import selects
 from ..reports.display import ProfileDisplay, untraced_note
 from .timeline import Timeline
 from .tracers import TracerSet
-from .columns import ColumnsArg, normalize_columns, pick_columns
+from ..records.columns import ColumnsArg, normalize_columns, pick_columns
 from .functions import FunctionEntry, compiled_by_dynamo, resolve_function
 from .tracer_tables import Raised, build_records
 

@@ -7,7 +7,7 @@ from typing import Sequence
 import torch
 
 from .. import native
-from .columns import GROWTH_FIELD, check_columns
+from ..records.columns import GROWTH_FIELD, check_columns
 from ..common.devices import DeviceSlot, current_target, label
 
 # {code: {lineno: (count, net_growth, values in column order)}}

@@ -88,7 +88,7 @@ class SavedProfile:
     def stats(self, func: Any = None, columns: Any = None) -> list[FunctionRecord]:
         """The saved records (``func``: a qualname, its last part, a function,
         or a list of these; ``columns``: a subset of the saved columns)."""
-        from ..line_profiler.columns import pick_columns
+        from .columns import pick_columns
         shown = pick_columns(columns, self.columns)
         records = [r for r in self.profile.functions if selects(func, r.qualname, r.filename)]
         if func is not None and not records:

@@ -17,12 +17,12 @@ import html
 import os
 from typing import Any, Optional, Sequence, Union
 
-from .._postmortem import format_postmortem
 from ..common.sizes import readable_size
 from ..records import saved
 from ..records.document import from_document
 from ..records.model import Profile, TimelineRow
 from .notebook import COLORS, SHRINK
+from .postmortem_text import format_postmortem
 from .sections import (Section, cell, count_cell, idle_note, raised_note, scales,
                        sections, title)
 _ACTIVE, _RESERVED = COLORS[0], COLORS[1]

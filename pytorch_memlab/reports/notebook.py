@@ -4,8 +4,8 @@ from __future__ import annotations
 import html
 from typing import Optional
 
-from .._postmortem import format_postmortem
 from ..records.model import Profile
+from .postmortem_text import format_postmortem
 from .sections import (Section, cell, count_cell, idle_note, raised_note, scales,
                        sections, title)
 

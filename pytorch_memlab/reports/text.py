@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .._postmortem import format_postmortem
 from ..records.model import Profile
+from .postmortem_text import format_postmortem
 from .sections import Section, cell, count_cell, idle_note, raised_note, sections, title
 
 SEP = "  "
