@@ -87,7 +87,7 @@ def test_source_dropping_next_tracer_is_safe():
         for _ in range(3):
             simple()
         mine.disable()
-        print("ok", sorted(mine.stats()[simple.__code__]))
+        print("ok", sorted(dict(mine.stats())[simple.__code__]))
     ''')
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("ok [")
@@ -165,7 +165,7 @@ def test_disable_when_sys_gettrace_fails(monkeypatch):
     assert not t.enabled
     assert threading._trace_hook is prior_thread_hook
     assert sys.gettrace() is prior_trace
-    assert t.stats()[simple.__code__][simple.__code__.co_firstlineno + 1][0] == 1
+    assert dict(t.stats())[simple.__code__][simple.__code__.co_firstlineno + 1][0] == 1
 
 
 def test_guard_is_per_thread():
@@ -199,7 +199,7 @@ def test_guard_is_per_thread():
         th.join()
     finally:
         t.disable()
-    counts = {line: rec[0] for line, rec in t.stats()[simple.__code__].items()}
+    counts = {line: rec[0] for line, rec in dict(t.stats())[simple.__code__].items()}
     assert counts[simple.__code__.co_firstlineno + 1] == 2
 
 
@@ -232,7 +232,7 @@ def test_thread_state_address_reuse_gets_fresh_stack():
     finally:
         t.disable()
     debugged = runs - plain
-    lines = t.stats()[visited.__code__]
+    lines = dict(t.stats())[visited.__code__]
     assert lines[first + 1] == (runs, 0, (1000 * debugged + 5000 * plain, 5000))
     # the debugger's line allocated nothing: the later threads' bytes are theirs
     count, _, (allocated, _) = lines[first + 4]

@@ -207,14 +207,19 @@ Tracer_stats(TracerObject *self, PyObject *unused)
     if (!tracer_ready(self) || warn_lost(self) < 0) {
         return NULL;
     }
-    PyObject *result = PyDict_New();
+    /* A list, not a dict keyed by code: code objects compile from the same
+     * source in two files compare equal, and each has its own figures. */
+    PyObject *result = PyList_New(self->codes.n_tables);
     for (int i = 0; result != NULL && i < self->codes.n_tables; i++) {
         LineTable *table = self->codes.tables[i];
         PyObject *lines = linetable_to_dict(table);
-        if (lines == NULL || PyDict_SetItem(result, table->code, lines) < 0) {
-            Py_CLEAR(result);
-        }
+        PyObject *pair = lines ? PyTuple_Pack(2, table->code, lines) : NULL;
         Py_XDECREF(lines);
+        if (pair == NULL) {
+            Py_CLEAR(result);
+            break;
+        }
+        PyList_SET_ITEM(result, i, pair);
     }
     return result;
 }
@@ -297,7 +302,7 @@ static PyMethodDef Tracer_methods[] = {
      "Read another device from the next event on."},
     {"clear", (PyCFunction)Tracer_clear, METH_NOARGS, "Forget the figures."},
     {"stats", (PyCFunction)Tracer_stats, METH_NOARGS,
-     "{code: {line: (count, net_growth, values)}}"},
+     "[(code, {line: (count, net_growth, values)}), ...] in registration order"},
     {NULL, NULL, 0, NULL},
 };
 
