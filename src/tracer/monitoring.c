@@ -84,20 +84,26 @@ callback_call(CallbackObject *self, PyObject *const *args, size_t nargsf, PyObje
     if (nargs < 2 || !PyCode_Check(args[0])) {
         Py_RETURN_NONE;
     }
-    /* Strong references while a Python source's sample() may run code that
-     * drops a tracer (this one or the next). */
+    /* CPython holds no reference to a callback while it calls it, and a
+     * Python source's sample() may tear the hook down (the last disable()
+     * unregisters, and so frees, every callback) and set it up again: keep
+     * this one alive until we return.  Strong references to the tracers too,
+     * as sample() may drop a tracer (this one or the next). */
+    Py_INCREF(self);
+    const event_action action = self->action;
     TracerObject *t = memlab_enabled_tracers;
     Py_XINCREF(t);
     while (t != NULL) {
         LineTable *table = codemap_get(&t->codes, args[0]);
         if (table != NULL) {
-            dispatch(t, table, self->action, args[0], args[1]);
+            dispatch(t, table, action, args[0], args[1]);
         }
         TracerObject *next = t->next_enabled;
         Py_XINCREF(next);
         Py_DECREF(t);
         t = next;
     }
+    Py_DECREF(self);
     Py_RETURN_NONE;
 }
 

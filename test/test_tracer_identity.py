@@ -1,0 +1,127 @@
+"""The tracer keys code objects by identity, and its sys.monitoring state
+survives what Python code can do to it: a callback that tears the hook down,
+look-alike code objects, the module executed a second time.
+
+Memory errors are witnessed in a fresh interpreter under PYTHONMALLOC=debug
+(freed memory is overwritten there) and, in CI, under AddressSanitizer."""
+import os
+import subprocess
+import sys
+import textwrap
+import types
+
+import pytest
+
+from pytorch_memlab import _tracer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MONITORING = _tracer.MECHANISM == "monitoring"
+monitoring_only = pytest.mark.skipif(
+    not MONITORING, reason="sys.monitoring mechanism only (Python 3.12+, "
+    "PYTORCH_MEMLAB_TRACER unset or 'monitoring')")
+
+LOOK_ALIKE = '''
+def work(n):
+    total = 0
+    for i in range(n):
+        total += i
+    return total
+'''
+
+
+def look_alikes():
+    """The same function compiled from two files: equal code objects
+    (equality ignores the file name), two distinct ones."""
+    funcs = []
+    for filename in ("a.py", "b.py"):
+        namespace = {}
+        exec(compile(LOOK_ALIKE, filename, "exec"), namespace)
+        funcs.append(namespace["work"])
+    a, b = funcs
+    assert a.__code__ == b.__code__ and a.__code__ is not b.__code__
+    assert (a.__code__.co_filename, b.__code__.co_filename) == ("a.py", "b.py")
+    return a, b
+
+
+def counts(lines, code):
+    """{line offset from def: count} of one code's table."""
+    return {line - code.co_firstlineno: rec[0] for line, rec in lines.items()}
+
+
+def table(tracer, code):
+    """The lines of `code` in tracer.stats(), found by identity."""
+    found = [lines for c, lines in tracer.stats() if c is code]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def run_fresh(code, malloc="debug"):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    if malloc:
+        env["PYTHONMALLOC"] = malloc
+    return subprocess.run([sys.executable, "-W", "error", "-c", textwrap.dedent(code)],
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+# ---- a callback that tears the hook down --------------------------------------------
+
+@monitoring_only
+def test_teardown_from_inside_a_callback():
+    # x's sample() disables both tracers (the last disable frees the tool id
+    # and drops the callback objects, which CPython does not hold while it
+    # calls one) and enables them again.  The running callback then went on to
+    # y with its own `action` read from freed memory: y got a garbage event
+    # (a line record lost) or none (its `b = 2` line uncounted).
+    proc = run_fresh('''
+        from pytorch_memlab import _tracer
+
+        def work():
+            global armed
+            armed = True
+            b = 2
+            return b
+
+        armed = False
+        tracers = {}
+        junk = []
+
+        class Source:
+            name = "py"
+            fields = ("n.current",)
+            kinds = ("level",)
+            def prepare(self, device): pass
+            def reset_peaks(self, device): pass
+            def sample(self, device):
+                global armed
+                if armed and self is tracers["x"][1]:
+                    armed = False
+                    x, y = tracers["x"][0], tracers["y"][0]
+                    x.disable(); y.disable()
+                    # small ints take the freed callbacks' memory (same size
+                    # class) and put a number where `action` was: a use
+                    # after free is then seen in every build, not by luck
+                    junk.extend(10 ** 6 + i for i in range(200))
+                    y.enable(); x.enable()
+                return (0,)
+
+        for name in ("y", "x"):
+            source = Source()
+            t = _tracer.Tracer(source, 0, ["n.current"])
+            t.add_code(work.__code__)
+            tracers[name] = (t, source)
+            t.enable()                   # newest first: x is called before y
+        work()                           # x tears down at the LINE event of `b = 2`
+        for t, _ in tracers.values():
+            t.disable()
+        first = work.__code__.co_firstlineno
+        for name, (t, _) in sorted(tracers.items()):
+            (code, lines), = t.stats()
+            assert code is work.__code__
+            print(name, sorted((line - first, rec[0]) for line, rec in lines.items()),
+                  t.sample_errors)
+    ''')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split("\n") == [
+        "x [(2, 1), (3, 1), (4, 1)] 0",
+        "y [(2, 1), (3, 1), (4, 1)] 0",
+        ""], proc.stderr[-3000:]
