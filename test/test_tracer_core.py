@@ -112,38 +112,6 @@ def test_device_index_is_not_truncated():
     assert t.device == 0
 
 
-def plain():
-    y = 2
-    return y
-
-
-@pytest.mark.skipif(not MONITORING, reason="sys.monitoring mechanism only")
-@pytest.mark.parametrize("weird_first", [False, True], ids=["weird-last", "weird-first"])
-def test_unhashable_code_error_is_reported_at_disable(weird_first):
-    # set membership that fails is an error, not "absent".  Registered last,
-    # disable() used to return with the error set (SystemError); registered
-    # first, disable() went on to the next code with the error still set, and
-    # the calls made for that code lost it: disable() reported nothing.
-    weird = simple.__code__.replace(co_consts=simple.__code__.co_consts + ([],))
-    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
-    other = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
-    t.enable()
-    other.enable()
-    try:
-        if not weird_first:
-            t.add_code(plain.__code__)
-        with pytest.raises(TypeError):
-            t.add_code(weird)
-        if weird_first:
-            t.add_code(plain.__code__)
-        with pytest.raises(TypeError, match="unhashable"):
-            t.disable()
-        assert not t.enabled
-    finally:
-        other.disable()
-        t.disable()
-
-
 def test_disable_when_sys_gettrace_fails(monkeypatch):
     # settrace: disable() used to ask sys.gettrace() whether its hook was
     # still in place; when that raised, it went on with the error set to

@@ -125,3 +125,107 @@ def test_teardown_from_inside_a_callback():
         "x [(2, 1), (3, 1), (4, 1)] 0",
         "y [(2, 1), (3, 1), (4, 1)] 0",
         ""], proc.stderr[-3000:]
+
+
+# ---- look-alike code objects ----------------------------------------------------------
+
+def test_stats_keeps_look_alike_codes_apart():
+    # stats() was a dict keyed by code: one entry for both (on 3.11, a's key
+    # with b's figures).  It is now a list of (code, lines) in registration order.
+    a, b = look_alikes()
+    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    t.add_code(a.__code__)
+    t.add_code(b.__code__)
+    t.enable()
+    try:
+        a(1)
+        b(2)
+    finally:
+        t.disable()
+    stats = t.stats()
+    assert [code for code, _ in stats] == [a.__code__, b.__code__]
+    assert stats[0][0] is a.__code__ and stats[1][0] is b.__code__
+    assert counts(stats[0][1], a.__code__) == {1: 1, 2: 2, 3: 1, 4: 1}
+    assert counts(stats[1][1], b.__code__) == {1: 1, 2: 3, 3: 2, 4: 1}
+
+
+def test_look_alike_codes_of_two_tracers_both_get_events():
+    # monitoring: the set of instrumented codes found b "already there" (it
+    # holds a), so b never got local events and its tracer saw nothing
+    a, b = look_alikes()
+    ta = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    tb = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    ta.add_code(a.__code__)
+    tb.add_code(b.__code__)
+    ta.enable()
+    tb.enable()
+    try:
+        a(1)
+        b(2)
+    finally:
+        tb.disable()
+        ta.disable()
+    assert counts(table(ta, a.__code__), a.__code__) == {1: 1, 2: 2, 3: 1, 4: 1}
+    assert counts(table(tb, b.__code__), b.__code__) == {1: 1, 2: 3, 3: 2, 4: 1}
+
+
+@monitoring_only
+def test_disabling_a_look_alike_leaves_no_events_behind():
+    # b's tracer disabled first took a out of the set of instrumented codes
+    # (equal to b) while a kept its local events; the last disable then did
+    # not clear them and the next owner of the tool id got a's LINE events.
+    proc = run_fresh('''
+        import sys
+        from pytorch_memlab import _tracer
+        src = "def work(n):\\n    total = 0\\n    for i in range(n):\\n        total += i\\n"
+        funcs = []
+        for filename in ("a.py", "b.py"):
+            namespace = {}
+            exec(compile(src, filename, "exec"), namespace)
+            funcs.append(namespace["work"])
+        a, b = funcs
+        ta = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+        tb = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+        ta.add_code(a.__code__)
+        tb.add_code(b.__code__)
+        ta.enable()
+        tb.enable()
+        a(1)
+        b(1)
+        tool = ta.tool_id
+        tb.disable()
+        ta.disable()
+        mon = sys.monitoring
+        mon.use_tool_id(tool, "next owner")
+        seen = []
+        mon.register_callback(tool, mon.events.LINE,
+                              lambda code, line: seen.append((code.co_filename, line)))
+        a(1)
+        b(1)
+        print("unasked LINE events:", seen)
+    ''', malloc=None)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == "unasked LINE events: []\n"
+
+
+def test_code_with_unhashable_constants_is_traced():
+    # codes are keyed by identity, so one whose constants cannot be hashed
+    # (code.replace can make it) registers, runs and is torn down like any
+    # other; add_code() (monitoring) and stats() raised TypeError: unhashable
+    a, _ = look_alikes()
+    weird = a.__code__.replace(co_consts=a.__code__.co_consts + ([],))
+    with pytest.raises(TypeError):
+        hash(weird)
+    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    other = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    other.add_code(a.__code__)
+    t.enable()
+    other.enable()
+    try:
+        t.add_code(weird)
+        types.FunctionType(weird, a.__globals__)(2)
+        t.disable()
+    finally:
+        other.disable()
+        t.disable()
+    assert counts(table(t, weird), weird) == {1: 1, 2: 3, 3: 2, 4: 1}

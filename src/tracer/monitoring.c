@@ -32,7 +32,10 @@ static const int our_tool_ids[] = {3, 4};
 /* One tool id serves every enabled tracer, the way one settrace hook does:
  * ids are few and other tools want them too. */
 static int shared_tool_id = -1;
-static PyObject *instrumented;        /* Owned. set of codes with local events on */
+/* Owned. {id(code): code} of the codes with local events on.  Keyed by
+ * identity: code objects compiled from the same source in two files compare
+ * equal, and each needs its own events. */
+static PyObject *instrumented;
 
 /* A callable registered with sys.monitoring for one event. */
 typedef struct {
@@ -249,19 +252,59 @@ set_local(PyObject *mon, PyObject *code, long bits)
     return r ? 0 : -1;
 }
 
+/* The key of `code` in `instrumented`: its address (a new reference). */
+static PyObject *
+code_key(PyObject *code)
+{
+    return PyLong_FromVoidPtr(code);
+}
+
 /* Local events on for `code` unless they already are. */
 static int
 instrument(PyObject *mon, PyObject *code)
 {
+    int ret = -1;
     long local_bits;
-    int present = PySet_Contains(instrumented, code);
-    if (present != 0) {
-        return present < 0 ? -1 : 0;
-    }
-    if (event_bits(mon, 1, &local_bits) < 0 || set_local(mon, code, local_bits) < 0) {
+    PyObject *key = code_key(code);
+    if (key == NULL) {
         return -1;
     }
-    return PySet_Add(instrumented, code);
+    int present = PyDict_Contains(instrumented, key);
+    if (present < 0) {
+        goto error;
+    }
+    if (present == 0) {
+        if (event_bits(mon, 1, &local_bits) < 0 || set_local(mon, code, local_bits) < 0
+                || PyDict_SetItem(instrumented, key, code) < 0) {
+            goto error;
+        }
+    }
+    ret = 0;
+error:
+    Py_DECREF(key);
+    return ret;
+}
+
+/* Local events off for `code` if they are on. */
+static int
+uninstrument(PyObject *mon, PyObject *code)
+{
+    int ret = -1;
+    PyObject *key = code_key(code);
+    if (key == NULL) {
+        return -1;
+    }
+    int present = PyDict_Contains(instrumented, key);
+    if (present < 0) {
+        goto error;
+    }
+    if (present && (set_local(mon, code, 0) < 0 || PyDict_DelItem(instrumented, key) < 0)) {
+        goto error;
+    }
+    ret = 0;
+error:
+    Py_DECREF(key);
+    return ret;
 }
 
 /* Clear events and callbacks ourselves (3.12/3.13 free_tool_id does not),
@@ -273,7 +316,7 @@ teardown(PyObject *mon)
     int id = shared_tool_id;
     memlab_saved_exc first = {0};
     PyObject *r;
-    PyObject *codes = PySequence_List(instrumented);
+    PyObject *codes = PyDict_Values(instrumented);
 #define STEP(call)                                             \
     r = (call);                                                \
     if (r == NULL) {                                           \
@@ -291,7 +334,7 @@ teardown(PyObject *mon)
                                  PyList_GET_ITEM(codes, i), 0))
     }
     Py_XDECREF(codes);
-    PySet_Clear(instrumented);
+    PyDict_Clear(instrumented);
     for (int i = 0; i < N_EVENTS; i++) {
         long bit = event_bit(mon, i);
         if (bit < 0) {
@@ -409,19 +452,8 @@ monitoring_disable(TracerObject *t)
         /* Stop instrumenting code that no enabled tracer wants any more. */
         for (int i = 0; i < t->codes.n_tables && ret == 0; i++) {
             PyObject *code = t->codes.tables[i]->code;
-            if (wanted_by_enabled(code)) {
-                continue;
-            }
-            int present = PySet_Contains(instrumented, code);
-            if (present < 0) {
-                ret = -1;
-                break;
-            }
-            if (!present) {
-                continue;
-            }
-            if (set_local(mon, code, 0) < 0 || PySet_Discard(instrumented, code) < 0) {
-                ret = -1;
+            if (!wanted_by_enabled(code)) {
+                ret = uninstrument(mon, code);
             }
         }
     }
@@ -444,7 +476,7 @@ monitoring_add_code(TracerObject *t, PyObject *code)
 int
 monitoring_init(PyObject *module)
 {
-    instrumented = PySet_New(NULL);
+    instrumented = PyDict_New();
     if (instrumented == NULL) {
         return -1;
     }
