@@ -229,3 +229,86 @@ def test_code_with_unhashable_constants_is_traced():
         other.disable()
         t.disable()
     assert counts(table(t, weird), weird) == {1: 1, 2: 3, 3: 2, 4: 1}
+
+
+# ---- the module executed again ---------------------------------------------------------
+
+@monitoring_only
+def test_module_executed_again_keeps_live_state():
+    # a second exec of the module (del sys.modules[...], import) replaced the
+    # set of instrumented codes: disable() then left work()'s local events on,
+    # and the next owner of the tool id got LINE events it never asked for
+    proc = run_fresh('''
+        import importlib
+        import sys
+        from pytorch_memlab import _tracer
+
+        def work():
+            x = 1
+            return x
+
+        t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+        t.add_code(work.__code__)
+        t.enable()
+        work()
+        tool = t.tool_id
+        del sys.modules["pytorch_memlab._tracer"]
+        again = importlib.import_module("pytorch_memlab._tracer")
+        assert again is not _tracer          # exec ran again
+        t.disable()
+        mon = sys.monitoring
+        assert mon.get_tool(tool) is None
+        mon.use_tool_id(tool, "next owner")
+        seen = []
+        mon.register_callback(tool, mon.events.LINE, lambda code, line: seen.append(line))
+        work()
+        print("unasked LINE events:", seen)
+        mon.register_callback(tool, mon.events.LINE, None)
+        mon.set_local_events(tool, work.__code__, 0)
+        mon.free_tool_id(tool)
+        # a tracer of the new module shares the tool id with the old one's
+        u = again.Tracer(again.manual_source, 0, ["bytes.peak"])
+        u.add_code(work.__code__)
+        t.enable()
+        u.enable()
+        assert u.tool_id == t.tool_id == tool
+        work()
+        t.disable()
+        u.disable()
+        assert mon.get_tool(tool) is None
+        print("counts:", [sorted(r[0] for r in lines.values())
+                          for x in (t, u) for _, lines in x.stats()])
+    ''')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == "unasked LINE events: []\ncounts: [[2, 2], [1, 1]]\n"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="Py_mod_multiple_interpreters is 3.12+")
+def test_subinterpreters_are_refused():
+    # the tracer's state is process-wide; a sub-interpreter that checks its
+    # extensions (here one sharing the main GIL) imported the module and ran
+    # its init again over that state
+    proc = run_fresh('''
+        import sys
+        code = "import pytorch_memlab._tracer"
+        try:
+            if sys.version_info >= (3, 13):
+                import _interpreters, _testinternalcapi
+                config = _interpreters.new_config("legacy")
+                config.check_multi_interp_extensions = True
+                rc = _testinternalcapi.run_in_subinterp_with_config(code, config)
+            else:
+                import _testcapi
+                rc = _testcapi.run_in_subinterp_with_config(
+                    code, use_main_obmalloc=True, allow_fork=True, allow_exec=True,
+                    allow_threads=True, allow_daemon_threads=True,
+                    check_multi_interp_extensions=True, gil=1)
+        except (ImportError, AttributeError, TypeError) as e:
+            print("no helper:", repr(e))
+        else:
+            print("rc", rc)
+    ''', malloc=None)
+    if proc.stdout.startswith("no helper:"):
+        pytest.skip("this CPython has no sub-interpreter test helper: " + proc.stdout)
+    assert proc.stdout == "rc -1\n", proc.stderr[-3000:]
+    assert "does not support loading in subinterpreters" in proc.stderr

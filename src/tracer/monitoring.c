@@ -29,7 +29,12 @@ static const struct {
 static const int our_tool_ids[] = {3, 4};
 #define N_OUR_IDS ((int)(sizeof(our_tool_ids) / sizeof(our_tool_ids[0])))
 
-/* One tool id serves every enabled tracer, the way one settrace hook does:
+/* Process-wide state, like the list of enabled tracers: sys.monitoring's
+ * tool id is, and tracers of a module executed twice (del sys.modules[...],
+ * import) share it.  monitoring_init() makes it once and a second exec reuses
+ * it; sub-interpreters are declared unsupported (module.c).
+ *
+ * One tool id serves every enabled tracer, the way one settrace hook does:
  * ids are few and other tools want them too. */
 static int shared_tool_id = -1;
 /* Owned. {id(code): code} of the codes with local events on.  Keyed by
@@ -44,7 +49,7 @@ typedef struct {
     event_action action;
 } CallbackObject;
 
-static PyTypeObject *callback_type;   /* Owned by the module (kept alive with it). */
+static PyTypeObject *callback_type;   /* Owned, for good (it holds the first module). */
 
 static void
 dispatch(TracerObject *t, LineTable *table, event_action action, PyObject *code,
@@ -473,18 +478,24 @@ monitoring_add_code(TracerObject *t, PyObject *code)
     return ret;
 }
 
+/* Makes the state at the first exec only: replacing `instrumented` under
+ * enabled tracers lost the codes whose local events disable() must clear. */
 int
 monitoring_init(PyObject *module)
 {
-    instrumented = PyDict_New();
     if (instrumented == NULL) {
-        return -1;
+        instrumented = PyDict_New();
+        if (instrumented == NULL) {
+            return -1;
+        }
     }
-    callback_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &callback_spec, NULL);
     if (callback_type == NULL) {
-        return -1;
+        callback_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &callback_spec,
+                                                                 NULL);
+        if (callback_type == NULL) {
+            return -1;
+        }
     }
-    /* The module keeps the type alive for as long as callbacks may exist. */
     return PyModule_AddObjectRef(module, "_MonitoringCallback", (PyObject *)callback_type);
 }
 
