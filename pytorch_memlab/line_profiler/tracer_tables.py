@@ -12,7 +12,9 @@ from .tracers import LineTable, TracerStats
 from .functions import FunctionEntry
 from .source_text import source_lines
 
-Raised = dict[types.CodeType, dict[int, str]]
+# {id(code): {lineno: exception name}}: by identity, like TracerStats (the
+# profiler's entries hold the code objects, so their ids stay valid)
+Raised = dict[int, dict[int, str]]
 
 
 def _lines(code: types.CodeType, table: LineTable,
@@ -41,10 +43,10 @@ def build_records(entries: Sequence[FunctionEntry], labels: Sequence[str],
         for code in entry.codes:
             tables = [found.get(id(code), {}) for found in by_code]
             current = code is entry.current_code
-            if not current and not any(tables) and code not in raised:
+            if not current and not any(tables) and id(code) not in raised:
                 continue
             for device, table in zip(labels, tables):
                 records.append(FunctionRecord(
                     entry.qualname, code.co_filename, code.co_firstlineno, device, list(shown),
-                    _lines(code, table, recorded, shown, raised.get(code, {}))))
+                    _lines(code, table, recorded, shown, raised.get(id(code), {}))))
     return records
