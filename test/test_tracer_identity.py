@@ -14,7 +14,8 @@ import pytest
 
 from pytorch_memlab import _tracer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# where the pytorch_memlab under test lives (make asan runs its own build)
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(_tracer.__file__)))
 MONITORING = _tracer.MECHANISM == "monitoring"
 monitoring_only = pytest.mark.skipif(
     not MONITORING, reason="sys.monitoring mechanism only (Python 3.12+, "
@@ -56,8 +57,9 @@ def table(tracer, code):
 
 
 def run_fresh(code, malloc="debug"):
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    if malloc:
+    env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT)
+    # under AddressSanitizer (make asan) it is the system allocator it watches
+    if malloc and "asan" not in env.get("LD_PRELOAD", ""):
         env["PYTHONMALLOC"] = malloc
     return subprocess.run([sys.executable, "-W", "error", "-c", textwrap.dedent(code)],
                           env=env, capture_output=True, text=True, timeout=120)
