@@ -29,10 +29,10 @@ static const struct {
 static const int our_tool_ids[] = {3, 4};
 #define N_OUR_IDS ((int)(sizeof(our_tool_ids) / sizeof(our_tool_ids[0])))
 
-/* Process-wide state, like the list of enabled tracers: sys.monitoring's
- * tool id is, and tracers of a module executed twice (del sys.modules[...],
- * import) share it.  monitoring_init() makes it once and a second exec reuses
- * it; sub-interpreters are declared unsupported (module.c).
+/* Process-wide state, like the list of enabled tracers: the tracers of a
+ * module executed twice (del sys.modules[...], import) share one tool id and
+ * one map of instrumented codes, which monitoring_init() makes at the first
+ * exec only.  Sub-interpreters are declared unsupported (module.c).
  *
  * One tool id serves every enabled tracer, the way one settrace hook does:
  * ids are few and other tools want them too. */

@@ -207,19 +207,20 @@ Tracer_stats(TracerObject *self, PyObject *unused)
     if (!tracer_ready(self) || warn_lost(self) < 0) {
         return NULL;
     }
-    /* A list, not a dict keyed by code: code objects compile from the same
-     * source in two files compare equal, and each has its own figures. */
-    PyObject *result = PyList_New(self->codes.n_tables);
+    /* A list, not a dict keyed by code: code objects compiled from the same
+     * source in two files compare equal, and each has its own figures.
+     * Appended, not sized up front: an allocation may run a finalizer that
+     * registers more code. */
+    PyObject *result = PyList_New(0);
     for (int i = 0; result != NULL && i < self->codes.n_tables; i++) {
         LineTable *table = self->codes.tables[i];
         PyObject *lines = linetable_to_dict(table);
         PyObject *pair = lines ? PyTuple_Pack(2, table->code, lines) : NULL;
-        Py_XDECREF(lines);
-        if (pair == NULL) {
+        if (pair == NULL || PyList_Append(result, pair) < 0) {
             Py_CLEAR(result);
-            break;
         }
-        PyList_SET_ITEM(result, i, pair);
+        Py_XDECREF(pair);
+        Py_XDECREF(lines);
     }
     return result;
 }
