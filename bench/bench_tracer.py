@@ -103,7 +103,7 @@ def ns_per_line(n, repeats):
     tracer.enable()
     hot(n)
     tracer.disable()
-    events = sum(count for count, _, _ in tracer.stats()[hot.__code__].values())
+    events = sum(count for count, _, _ in dict(tracer.stats())[hot.__code__].values())
     on, off = pairs(lambda: (tracer.enable(), timed(hot, n), tracer.disable())[1],
                     lambda: timed(hot, n), repeats)
     return {"ns_per_line": statistics.median(a - b for a, b in zip(on, off)) / events,

@@ -91,7 +91,10 @@ class Tracer:
     def set_device(self, device: int, /) -> None:
         """Read another device from the next event on (prepares it if enabled)."""
     def clear(self) -> None: ...
-    def stats(self) -> dict[CodeType, dict[int, tuple[int, int, tuple[int, ...]]]]:
-        """{code: {lineno: (count, net_growth, values_in_column_order)}}.
+    def stats(self) -> list[tuple[CodeType, dict[int, tuple[int, int, tuple[int, ...]]]]]:
+        """[(code, {lineno: (count, net_growth, values_in_column_order)}), ...],
+        one pair per registered code object, in registration order.  A list,
+        not a dict: code objects compiled from the same source in two files
+        compare equal, yet each has its own figures (find yours with ``is``).
         net_growth sums (growth_field at line end - at line start); 0 if
         growth_field is None.  Only lines that ran appear."""

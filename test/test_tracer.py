@@ -40,7 +40,7 @@ def make_tracer():
 
 def row(t, func, text):
     """(count, growth, {column: value}) of one line."""
-    stats = t.stats()[func.__code__]
+    stats = dict(t.stats())[func.__code__]
     count, growth, values = stats[line_of(func, text)]
     return count, growth, dict(zip(t.columns, values))
 
@@ -78,8 +78,8 @@ def test_unregistered_code_is_not_recorded(make_tracer):
         alloc(5)
     other()
     t.disable()
-    assert list(t.stats()) == [simple.__code__]
-    assert t.stats()[simple.__code__] == {}
+    assert [code for code, _ in t.stats()] == [simple.__code__]
+    assert dict(t.stats())[simple.__code__] == {}
 
 
 def test_unknown_column_lists_valid_ones():
@@ -149,7 +149,7 @@ def test_the_declared_kind_folds_a_field_whatever_its_name(kind, figures):
     for _ in range(3):
         three_lines()
     tracer.disable()
-    lines = sorted(tracer.stats()[three_lines.__code__].items())
+    lines = sorted(dict(tracer.stats())[three_lines.__code__].items())
     assert [values[0] for _, (_, _, values) in lines] == figures
     assert _tracer.field_table(Ticking((kind,))) == (("x", kind, "count"),)
 
@@ -199,7 +199,7 @@ def test_nested_unregistered_callee_still_charged(make_tracer):
     outer()
     t.disable()
     assert row(t, outer, "# call inner")[2]["bytes.peak"] == 1010
-    assert inner.__code__ not in t.stats()
+    assert inner.__code__ not in dict(t.stats())
 
 
 def recurse(n):
@@ -245,7 +245,7 @@ def test_generator_suspend_resume(make_tracer):
     count, growth, v = row(t, gen, "# gen drop")
     assert count == 1 and growth == -24
     # the consumer's 1000 bytes happen while gen is suspended: never charged
-    assert all(vals[0] < 1000 for _, _, vals in t.stats()[gen.__code__].values())
+    assert all(vals[0] < 1000 for _, _, vals in dict(t.stats())[gen.__code__].values())
 
 
 def test_generator_closed_while_suspended(make_tracer):
@@ -426,8 +426,8 @@ def test_code_replaced(make_tracer):
     t.add_code(f.__code__)      # what LineProfiler does when it sees a new code
     f()
     t.disable()
-    assert t.stats()[old][line_one][0] == 1
-    assert t.stats()[g.__code__][line_of(g, "# two")][0] == 1
+    assert dict(t.stats())[old][line_one][0] == 1
+    assert dict(t.stats())[g.__code__][line_of(g, "# two")][0] == 1
 
 
 def test_add_code_while_enabled(make_tracer):
@@ -528,7 +528,7 @@ def test_python_source_works(make_tracer):
     t.disable()
     alloc(-60)
     # each line spans exactly one reading
-    assert all(growth == 1 for _, growth, _ in t.stats()[simple.__code__].values())
+    assert all(growth == 1 for _, growth, _ in dict(t.stats())[simple.__code__].values())
 
 
 def test_no_hook_left_after_disable(make_tracer):
@@ -687,7 +687,7 @@ def test_disabling_one_tracer_keeps_the_other_running(make_tracer):
     simple()
     b.disable()
     alloc(-60)
-    assert a.stats()[simple.__code__] == {}
+    assert dict(a.stats())[simple.__code__] == {}
     assert row(b, simple, "# grab")[0] == 1
 
 

@@ -524,7 +524,7 @@ def c_stats(code_sets, columns, run, runs):
             for tracer in tracers:
                 tracer.disable()
     assert [t.sample_errors for t in tracers] == [0] * len(tracers)
-    return [t.stats() for t in tracers], outcomes
+    return [dict(t.stats()) for t in tracers], outcomes
 
 
 def reference_stats(code_sets, columns, run_with, runs):

@@ -119,7 +119,7 @@ def make(*funcs):
 
 
 def figures(tracer, func, text):
-    count, growth, values = tracer.stats()[func.__code__][line_of(func, text)]
+    count, growth, values = dict(tracer.stats())[func.__code__][line_of(func, text)]
     return count, growth, dict(zip(tracer.columns, values))
 
 
@@ -154,7 +154,7 @@ def check(worker_tracer, main_tracer):
     assert line["bytes.peak"] - base == 3 * MiB
     assert line["bytes.allocated"] == 3 * MiB
     assert line["bytes.freed"] == 2 * MiB
-    spun = main_tracer.stats()[spin.__code__]
+    spun = dict(main_tracer.stats())[spin.__code__]
     assert len(spun) == 4
     for lineno, (count, growth, values) in spun.items():
         values = dict(zip(main_tracer.columns, values))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import types
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 import torch
 
@@ -94,13 +94,35 @@ class FunctionEntry:
     def current_code(self) -> types.CodeType:
         return self.func.__code__ if self.func is not None else self.codes[0]
 
+    def has_code(self, code: types.CodeType) -> bool:
+        """Is ``code`` one of ours?  By identity (see ``CodesByIdentity``)."""
+        return any(code is mine for mine in self.codes)
+
     def new_code(self) -> types.CodeType | None:
         """The function's code if it was replaced since the last look."""
         code = self.current_code
-        if code in self.codes:
+        if self.has_code(code):
             return None
         self.codes.append(code)
         return code
+
+
+class CodesByIdentity:
+    """A set of code objects that tests membership by identity.  Code objects
+    compare equal when only their file differs (the same function in two
+    files, two copies of a model's ``forward``), yet each is its own function."""
+
+    def __init__(self, codes: Iterable[types.CodeType]) -> None:
+        self._codes = {id(code): code for code in codes}   # holding them keeps ids valid
+
+    def __contains__(self, code: object) -> bool:
+        return id(code) in self._codes
+
+    def __len__(self) -> int:
+        return len(self._codes)
+
+    def __iter__(self) -> Iterator[types.CodeType]:
+        return iter(self._codes.values())
 
 
 def code_qualname(code: types.CodeType) -> str:

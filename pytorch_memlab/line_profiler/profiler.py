@@ -17,7 +17,7 @@ from ..reports.display import ProfileDisplay, untraced_note
 from .timeline import Timeline
 from .tracers import TracerSet
 from ..records.columns import ColumnsArg, normalize_columns, pick_columns
-from .functions import FunctionEntry, compiled_by_dynamo, resolve_function
+from .functions import CodesByIdentity, FunctionEntry, compiled_by_dynamo, resolve_function
 from .tracer_tables import Raised, build_records
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class LineProfiler:
         slots, self._fell_back = resolve_devices(device, target_gpu)
         self._tracers = TracerSet(slots, self.columns)
         self._entries: list[FunctionEntry] = []
-        self._raised: Raised = {}
+        self._raised: Raised = {}  # by id(code): see tracer_tables.Raised
         self._lock = threading.RLock()
         self._calls = 0            # decorated calls running now, all threads
         self._depth = threading.local()   # .value: decorated calls on this thread
@@ -65,7 +65,7 @@ class LineProfiler:
         self._printed: Optional[list[FunctionRecord]] = None   # see _rotate
         self._postmortem: Optional[tuple[types.CodeType, dict[str, Any]]] = None   # last OOM
         self._shut_down = False    # interpreter exit: decorated calls stay unprofiled
-        self._called: dict[types.CodeType, int] = {}   # decorated calls, per function
+        self._called: dict[int, int] = {}   # decorated calls, per id(code)
         if any(slot.follows_target for slot in slots):
             add_follower(self)
         for func in functions:
@@ -81,9 +81,11 @@ class LineProfiler:
         compiled = compiled_by_dynamo(func)
         with self._lock:
             # one code object is one record: a closure re-created (and
-            # decorated) on each call of its outer function is registered once
+            # decorated) on each call of its outer function is registered once.
+            # By identity: the same source in two files (two copies of a
+            # model) compiles to equal code objects, two functions all the same.
             for entry in self._entries:
-                if entry.func is target or target.__code__ in entry.codes:
+                if entry.func is target or entry.has_code(target.__code__):
                     entry.compiled |= compiled
                     return
             entry = FunctionEntry(target)
@@ -100,7 +102,7 @@ class LineProfiler:
         if not isinstance(code, types.CodeType):
             raise TypeError(f"add_code takes a code object, not {type(code).__name__}")
         with self._lock:
-            if any(code in entry.codes for entry in self._entries):
+            if any(entry.has_code(code) for entry in self._entries):
                 return
             self._entries.append(FunctionEntry(None, code, qualname))
             self._tracers.add_code(code)
@@ -195,7 +197,7 @@ class LineProfiler:
     def _enter_call(self, code: Optional[types.CodeType] = None) -> None:
         with self._lock:
             if code is not None:
-                self._called[code] = self._called.get(code, 0) + 1
+                self._called[id(code)] = self._called.get(id(code), 0) + 1
             if self._calls == 0 and not self.enabled and not self._shut_down:
                 self._start()
             self._calls += 1
@@ -228,7 +230,7 @@ class LineProfiler:
         """Mark, in every profiled frame it went through, the line ``exc`` left by;
         for an out-of-memory error, also keep its post-mortem (``_postmortem``),
         read now, while the traceback's frames still hold the tensors."""
-        codes = {code for entry in self._entries for code in entry.codes}
+        codes = CodesByIdentity(code for entry in self._entries for code in entry.codes)
         failed_in = _postmortem.innermost(exc, codes)
         if failed_in is not None:
             found = _postmortem.capture(exc)
@@ -238,7 +240,7 @@ class LineProfiler:
         while tb is not None:
             code = tb.tb_frame.f_code
             if code in codes:
-                self._raised.setdefault(code, {})[tb.tb_lineno] = type(exc).__name__
+                self._raised.setdefault(id(code), {})[tb.tb_lineno] = type(exc).__name__
             tb = tb.tb_next
 
     # ---- results -----------------------------------------------------------------
@@ -270,7 +272,7 @@ class LineProfiler:
             code = entry.codes[0]
             if (code.co_filename, code.co_firstlineno) in traced:
                 continue
-            calls = sum(self._called.get(c, 0) for c in entry.codes)
+            calls = sum(self._called.get(id(c), 0) for c in entry.codes)
             if entry.compiled or calls:
                 notes.append(untraced_note(entry.qualname, calls, entry.compiled))
         return notes

@@ -8,14 +8,16 @@ import types
 from typing import Optional, Sequence
 
 from ..records.model import FunctionRecord, LineRecord
-from .tracers import TracerStats
+from .tracers import LineTable, TracerStats
 from .functions import FunctionEntry
 from .source_text import source_lines
 
-Raised = dict[types.CodeType, dict[int, str]]
+# {id(code): {lineno: exception name}}: by identity, like TracerStats (the
+# profiler's entries hold the code objects, so their ids stay valid)
+Raised = dict[int, dict[int, str]]
 
 
-def _lines(code: types.CodeType, table: dict[int, tuple[int, int, tuple[int, ...]]],
+def _lines(code: types.CodeType, table: LineTable,
            recorded: Sequence[str], shown: Sequence[str],
            raised: dict[int, str]) -> list[LineRecord]:
     position = {name: recorded.index(name) for name in shown}
@@ -35,14 +37,16 @@ def build_records(entries: Sequence[FunctionEntry], labels: Sequence[str],
     """Records for every code object of ``entries``: the current one always,
     earlier ones (before ``__code__`` was replaced) only if they have figures."""
     records: list[FunctionRecord] = []
+    # by identity: look-alike code objects compare equal (see TracerStats)
+    by_code = [{id(code): lines for code, lines in stats} for stats in per_device]
     for entry in entries:
         for code in entry.codes:
-            tables = [stats.get(code, {}) for stats in per_device]
+            tables = [found.get(id(code), {}) for found in by_code]
             current = code is entry.current_code
-            if not current and not any(tables) and code not in raised:
+            if not current and not any(tables) and id(code) not in raised:
                 continue
             for device, table in zip(labels, tables):
                 records.append(FunctionRecord(
                     entry.qualname, code.co_filename, code.co_firstlineno, device, list(shown),
-                    _lines(code, table, recorded, shown, raised.get(code, {}))))
+                    _lines(code, table, recorded, shown, raised.get(id(code), {}))))
     return records

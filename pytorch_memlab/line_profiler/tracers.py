@@ -10,8 +10,11 @@ from .. import native
 from ..records.columns import GROWTH_FIELD, check_columns
 from ..common.devices import DeviceSlot, current_target, label
 
-# {code: {lineno: (count, net_growth, values in column order)}}
-TracerStats = dict[types.CodeType, dict[int, tuple[int, int, tuple[int, ...]]]]
+# [(code, {lineno: (count, net_growth, values in column order)}), ...] in
+# registration order: look-alike code objects (the same source in two files)
+# compare equal, so a tracer's tables are told apart by identity, not by key
+LineTable = dict[int, tuple[int, int, tuple[int, ...]]]
+TracerStats = list[tuple[types.CodeType, LineTable]]
 
 
 class TracerSet:

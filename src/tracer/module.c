@@ -69,6 +69,13 @@ tracer_exec(PyObject *module)
 
 static PyModuleDef_Slot module_slots[] = {
     {Py_mod_exec, tracer_exec},
+#ifdef Py_mod_multiple_interpreters
+    /* Not supported: the tracer's state is process-wide (the enabled tracers,
+     * the sys.monitoring tool id and instrumented codes, the settrace hook),
+     * while hooks and tool ids belong to one interpreter.  A second exec in
+     * the same interpreter reuses that state (monitoring_init). */
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
     {0, NULL},
 };
 

@@ -29,10 +29,18 @@ static const struct {
 static const int our_tool_ids[] = {3, 4};
 #define N_OUR_IDS ((int)(sizeof(our_tool_ids) / sizeof(our_tool_ids[0])))
 
-/* One tool id serves every enabled tracer, the way one settrace hook does:
+/* Process-wide state, like the list of enabled tracers: the tracers of a
+ * module executed twice (del sys.modules[...], import) share one tool id and
+ * one map of instrumented codes, which monitoring_init() makes at the first
+ * exec only.  Sub-interpreters are declared unsupported (module.c).
+ *
+ * One tool id serves every enabled tracer, the way one settrace hook does:
  * ids are few and other tools want them too. */
 static int shared_tool_id = -1;
-static PyObject *instrumented;        /* Owned. set of codes with local events on */
+/* Owned. {id(code): code} of the codes with local events on.  Keyed by
+ * identity: code objects compiled from the same source in two files compare
+ * equal, and each needs its own events. */
+static PyObject *instrumented;
 
 /* A callable registered with sys.monitoring for one event. */
 typedef struct {
@@ -41,7 +49,7 @@ typedef struct {
     event_action action;
 } CallbackObject;
 
-static PyTypeObject *callback_type;   /* Owned by the module (kept alive with it). */
+static PyTypeObject *callback_type;   /* Owned, for good (it holds the first module). */
 
 static void
 dispatch(TracerObject *t, LineTable *table, event_action action, PyObject *code,
@@ -84,20 +92,26 @@ callback_call(CallbackObject *self, PyObject *const *args, size_t nargsf, PyObje
     if (nargs < 2 || !PyCode_Check(args[0])) {
         Py_RETURN_NONE;
     }
-    /* Strong references while a Python source's sample() may run code that
-     * drops a tracer (this one or the next). */
+    /* CPython holds no reference to a callback while it calls it, and a
+     * Python source's sample() may tear the hook down (the last disable()
+     * unregisters, and so frees, every callback) and set it up again: keep
+     * this one alive until we return.  Strong references to the tracers too,
+     * as sample() may drop a tracer (this one or the next). */
+    Py_INCREF(self);
+    const event_action action = self->action;
     TracerObject *t = memlab_enabled_tracers;
     Py_XINCREF(t);
     while (t != NULL) {
         LineTable *table = codemap_get(&t->codes, args[0]);
         if (table != NULL) {
-            dispatch(t, table, self->action, args[0], args[1]);
+            dispatch(t, table, action, args[0], args[1]);
         }
         TracerObject *next = t->next_enabled;
         Py_XINCREF(next);
         Py_DECREF(t);
         t = next;
     }
+    Py_DECREF(self);
     Py_RETURN_NONE;
 }
 
@@ -243,19 +257,59 @@ set_local(PyObject *mon, PyObject *code, long bits)
     return r ? 0 : -1;
 }
 
+/* The key of `code` in `instrumented`: its address (a new reference). */
+static PyObject *
+code_key(PyObject *code)
+{
+    return PyLong_FromVoidPtr(code);
+}
+
 /* Local events on for `code` unless they already are. */
 static int
 instrument(PyObject *mon, PyObject *code)
 {
+    int ret = -1;
     long local_bits;
-    int present = PySet_Contains(instrumented, code);
-    if (present != 0) {
-        return present < 0 ? -1 : 0;
-    }
-    if (event_bits(mon, 1, &local_bits) < 0 || set_local(mon, code, local_bits) < 0) {
+    PyObject *key = code_key(code);
+    if (key == NULL) {
         return -1;
     }
-    return PySet_Add(instrumented, code);
+    int present = PyDict_Contains(instrumented, key);
+    if (present < 0) {
+        goto error;
+    }
+    if (present == 0) {
+        if (event_bits(mon, 1, &local_bits) < 0 || set_local(mon, code, local_bits) < 0
+                || PyDict_SetItem(instrumented, key, code) < 0) {
+            goto error;
+        }
+    }
+    ret = 0;
+error:
+    Py_DECREF(key);
+    return ret;
+}
+
+/* Local events off for `code` if they are on. */
+static int
+uninstrument(PyObject *mon, PyObject *code)
+{
+    int ret = -1;
+    PyObject *key = code_key(code);
+    if (key == NULL) {
+        return -1;
+    }
+    int present = PyDict_Contains(instrumented, key);
+    if (present < 0) {
+        goto error;
+    }
+    if (present && (set_local(mon, code, 0) < 0 || PyDict_DelItem(instrumented, key) < 0)) {
+        goto error;
+    }
+    ret = 0;
+error:
+    Py_DECREF(key);
+    return ret;
 }
 
 /* Clear events and callbacks ourselves (3.12/3.13 free_tool_id does not),
@@ -267,7 +321,7 @@ teardown(PyObject *mon)
     int id = shared_tool_id;
     memlab_saved_exc first = {0};
     PyObject *r;
-    PyObject *codes = PySequence_List(instrumented);
+    PyObject *codes = PyDict_Values(instrumented);
 #define STEP(call)                                             \
     r = (call);                                                \
     if (r == NULL) {                                           \
@@ -285,7 +339,7 @@ teardown(PyObject *mon)
                                  PyList_GET_ITEM(codes, i), 0))
     }
     Py_XDECREF(codes);
-    PySet_Clear(instrumented);
+    PyDict_Clear(instrumented);
     for (int i = 0; i < N_EVENTS; i++) {
         long bit = event_bit(mon, i);
         if (bit < 0) {
@@ -403,19 +457,8 @@ monitoring_disable(TracerObject *t)
         /* Stop instrumenting code that no enabled tracer wants any more. */
         for (int i = 0; i < t->codes.n_tables && ret == 0; i++) {
             PyObject *code = t->codes.tables[i]->code;
-            if (wanted_by_enabled(code)) {
-                continue;
-            }
-            int present = PySet_Contains(instrumented, code);
-            if (present < 0) {
-                ret = -1;
-                break;
-            }
-            if (!present) {
-                continue;
-            }
-            if (set_local(mon, code, 0) < 0 || PySet_Discard(instrumented, code) < 0) {
-                ret = -1;
+            if (!wanted_by_enabled(code)) {
+                ret = uninstrument(mon, code);
             }
         }
     }
@@ -435,18 +478,24 @@ monitoring_add_code(TracerObject *t, PyObject *code)
     return ret;
 }
 
+/* Makes the state at the first exec only: replacing `instrumented` under
+ * enabled tracers lost the codes whose local events disable() must clear. */
 int
 monitoring_init(PyObject *module)
 {
-    instrumented = PySet_New(NULL);
     if (instrumented == NULL) {
-        return -1;
+        instrumented = PyDict_New();
+        if (instrumented == NULL) {
+            return -1;
+        }
     }
-    callback_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &callback_spec, NULL);
     if (callback_type == NULL) {
-        return -1;
+        callback_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &callback_spec,
+                                                                 NULL);
+        if (callback_type == NULL) {
+            return -1;
+        }
     }
-    /* The module keeps the type alive for as long as callbacks may exist. */
     return PyModule_AddObjectRef(module, "_MonitoringCallback", (PyObject *)callback_type);
 }
 

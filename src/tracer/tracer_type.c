@@ -207,13 +207,19 @@ Tracer_stats(TracerObject *self, PyObject *unused)
     if (!tracer_ready(self) || warn_lost(self) < 0) {
         return NULL;
     }
-    PyObject *result = PyDict_New();
+    /* A list, not a dict keyed by code: code objects compiled from the same
+     * source in two files compare equal, and each has its own figures.
+     * Appended, not sized up front: an allocation may run a finalizer that
+     * registers more code. */
+    PyObject *result = PyList_New(0);
     for (int i = 0; result != NULL && i < self->codes.n_tables; i++) {
         LineTable *table = self->codes.tables[i];
         PyObject *lines = linetable_to_dict(table);
-        if (lines == NULL || PyDict_SetItem(result, table->code, lines) < 0) {
+        PyObject *pair = lines ? PyTuple_Pack(2, table->code, lines) : NULL;
+        if (pair == NULL || PyList_Append(result, pair) < 0) {
             Py_CLEAR(result);
         }
+        Py_XDECREF(pair);
         Py_XDECREF(lines);
     }
     return result;
@@ -297,7 +303,7 @@ static PyMethodDef Tracer_methods[] = {
      "Read another device from the next event on."},
     {"clear", (PyCFunction)Tracer_clear, METH_NOARGS, "Forget the figures."},
     {"stats", (PyCFunction)Tracer_stats, METH_NOARGS,
-     "{code: {line: (count, net_growth, values)}}"},
+     "[(code, {line: (count, net_growth, values)}), ...] in registration order"},
     {NULL, NULL, 0, NULL},
 };
 
