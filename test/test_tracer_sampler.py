@@ -34,7 +34,7 @@ def run_fresh(code):
 
 def figures(tracer, func, text):
     """(count, growth, values) of the line of func containing text."""
-    return tracer.stats()[func.__code__][line_of(func, text)]
+    return dict(tracer.stats())[func.__code__][line_of(func, text)]
 
 
 # ---- item 4: a source's fields are read once, at Tracer() ----------------------
@@ -117,7 +117,7 @@ def test_peers_with_other_fields_share_no_peaks():
             work()
         second.disable()
         first.disable()
-        lines = second.stats()[work.__code__]
+        lines = dict(second.stats())[work.__code__]
         print(sorted(v[2] for v in lines.values()))
         del first, second
         print("ok")
