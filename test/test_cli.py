@@ -288,6 +288,7 @@ def test_demo_still_runs(tmp_path):
     out = memlab(tmp_path, "demo", "-d", "cpu")
     assert out.returncode == 0, out.stderr
     assert "## train_step" in out.stdout
+    assert "# type:" not in out.stdout      # the code column shows the demo's code only
     # net growth and count over 3 Adam steps of the demo's 1024-4096-1024 MLP:
     # zero_grad frees the grads of steps 1 and 2; the first step() makes exp_avg
     # and exp_avg_sq (and 4 step counters of 4 bytes)

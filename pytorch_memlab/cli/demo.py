@@ -13,7 +13,7 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     optimizer.zero_grad(set_to_none=True)
     output = model(batch)
     loss = torch.nn.functional.mse_loss(output, target)
-    loss.backward()  # type: ignore[no-untyped-call]  # torch: Tensor.backward is unannotated
+    loss.backward()
     optimizer.step()
     return loss.item()
 
