@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 from pytorch_memlab import LineProfiler, native  # noqa: E402
 from pytorch_memlab.line_profiler import DEFAULT_COLUMNS  # noqa: E402
-from pytorch_memlab.line_profiler.columns import GROWTH_FIELD  # noqa: E402
+from pytorch_memlab.records.columns import GROWTH_FIELD  # noqa: E402
 
 shim, _shim_error = native._load_shim()
 needs_shim = pytest.mark.skipif(shim is None, reason=f"no torch shim ({_shim_error})")

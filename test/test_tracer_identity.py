@@ -123,8 +123,12 @@ def test_teardown_from_inside_a_callback():
                   t.sample_errors)
     ''')
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # x's own event, inside which x was disabled and enabled again, belongs to
+    # the session that ended: it drops its work (see test_tracer_sampler's
+    # test_event_outliving_disable_drops_its_work), so `b = 2` opens no line
+    # of x; y, called after its re-enable, counts it
     assert proc.stdout.split("\n") == [
-        "x [(2, 1), (3, 1), (4, 1)] 0",
+        "x [(2, 1), (4, 1)] 0",
         "y [(2, 1), (3, 1), (4, 1)] 0",
         ""], proc.stderr[-3000:]
 
