@@ -9,6 +9,8 @@ import threading
 
 import pytest
 
+MiB = 1 << 20
+
 
 def line_of(func, text):
     """Line number of the first source line of func containing text."""
@@ -17,6 +19,16 @@ def line_of(func, text):
         if text in line:
             return start + i
     raise AssertionError(text)
+
+
+def line_figures(prof, func, text, device=None):
+    """The stats() line record of ``func`` whose code contains ``text``: on
+    ``device`` when given, else on the first device that recorded ``func``."""
+    lineno = line_of(func, text)
+    for record in prof.stats(func):
+        if device is None or record["device"] == device:
+            return next(line for line in record["lines"] if line["lineno"] == lineno)
+    raise AssertionError(f"{func.__qualname__} has no record on {device}")
 
 
 def run_script(tmp_path, source, expect_rc=0, env=None, timeout=300):

@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("pytorch_memlab._torchshim")
 
-MiB = 1 << 20
+from helpers import MiB  # noqa: E402
 
 # The measured module: grab() is profiled; run_threads() starts a thread
 # after the profiled calls, which coverage must still see.

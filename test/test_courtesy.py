@@ -19,7 +19,7 @@ import pytorch_memlab
 from pytorch_memlab.courtesy import lender, scope, storage_moves
 from pytorch_memlab.courtesy import Courtesy
 
-MiB = 1024 * 1024
+from helpers import MiB  # noqa: E402
 HAS_CUDA = torch.cuda.is_available()
 
 

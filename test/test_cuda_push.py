@@ -21,7 +21,7 @@ from pytorch_memlab.records.columns import GROWTH_FIELD  # noqa: E402
 
 shim, _shim_error = native._load_shim()
 needs_shim = pytest.mark.skipif(shim is None, reason=f"no torch shim ({_shim_error})")
-MiB = 1 << 20
+from helpers import MiB  # noqa: E402
 DEFAULTS = DEFAULT_COLUMNS + (GROWTH_FIELD,)
 PUSHED = ("active_bytes.all.current", "active_bytes.all.peak",
           "reserved_bytes.all.current", "reserved_bytes.all.peak")

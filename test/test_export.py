@@ -16,7 +16,7 @@ import pytorch_memlab  # noqa: E402
 from pytorch_memlab import LineProfiler, load, profile_every  # noqa: E402
 from pytorch_memlab.line_profiler import SCHEMA_VERSION, SavedProfile  # noqa: E402
 
-MiB = 1 << 20
+from helpers import MiB  # noqa: E402
 COLUMNS = ("active_bytes.all.peak", "reserved_bytes.all.peak", "allocation.all.allocated",
            "active_bytes.all.current")
 

@@ -5,7 +5,6 @@ Peaks are absolute levels and other tests may leave CPU tensors alive, so
 peaks are compared with the level of a line that allocates nothing; net
 growth is exact as it is.
 """
-import inspect
 import os
 import sys
 
@@ -15,6 +14,7 @@ pytest.importorskip("IPython")
 torch = pytest.importorskip("torch")
 pytest.importorskip("pytorch_memlab._torchshim")
 
+from helpers import line_figures, line_of  # noqa: E402
 from IPython.core.error import UsageError  # noqa: E402
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 from traitlets.config import Config  # noqa: E402
@@ -23,7 +23,7 @@ from pytorch_memlab import LineProfiler, _tracer  # noqa: E402
 from pytorch_memlab.common import devices as _devices  # noqa: E402
 from pytorch_memlab.line_profiler import DEFAULT_COLUMNS  # noqa: E402
 
-MiB = 1 << 20
+from helpers import MiB  # noqa: E402
 QUARTER = 262144                     # float32 elements in 1 MiB
 MONITORING = _tracer.MECHANISM == "monitoring"
 HAVE_CUDA = torch.cuda.is_available()
@@ -113,17 +113,6 @@ def assert_off(prof):
             assert tracer.tool_id == -1
 
 
-def line_of(func, text):
-    lines, start = inspect.getsourcelines(func)
-    return start + next(i for i, line in enumerate(lines) if text in line)
-
-
-def row(prof, func, text):
-    lineno = line_of(func, text)
-    record = next(r for r in prof.stats() if r["qualname"] == func.__qualname__)
-    return next(line for line in record["lines"] if line["lineno"] == lineno)
-
-
 def table_row(out, text):
     """The cells of the text-table line that shows source ``text``."""
     return next(line for line in out.splitlines() if text in line).split()
@@ -160,14 +149,14 @@ def test_line_magic_exact_bytes(shell):
     assert isinstance(prof, LineProfiler)
     assert prof.devices == ["cpu"]
     assert_off(prof)
-    level = row(prof, work, "# level")["active_bytes.all.peak"]
-    x = row(prof, work, "# 1 MiB")
-    y = row(prof, work, "# 2 MiB")
+    level = line_figures(prof, work, "# level")["active_bytes.all.peak"]
+    x = line_figures(prof, work, "# 1 MiB")
+    y = line_figures(prof, work, "# 2 MiB")
     assert (x["count"], x["net_growth"]) == (1, MiB)
     assert x["active_bytes.all.peak"] - level == MiB
     assert y["active_bytes.all.peak"] - level == 3 * MiB
     assert y["reserved_bytes.all.peak"] == y["active_bytes.all.peak"]
-    assert row(prof, work, "del x")["net_growth"] == -MiB
+    assert line_figures(prof, work, "del x")["net_growth"] == -MiB
 
 
 def test_line_magic_displays_table(shell, capsys):
@@ -207,7 +196,7 @@ def test_line_magic_through_run_cell(shell, capsys):
     result = shell.run_cell(f"prof = %mlrun -r -q -g cpu -f work work({QUARTER})")
     assert result.success
     prof = shell.user_ns["prof"]
-    assert row(prof, work, "# 1 MiB")["net_growth"] == MiB
+    assert line_figures(prof, work, "# 1 MiB")["net_growth"] == MiB
     assert capsys.readouterr().out == ""
 
 
@@ -216,9 +205,9 @@ def test_line_magic_through_run_cell(shell, capsys):
 def test_cell_magic_runs_whole_cell(shell):
     cell = f"for _ in range(3):\n    kept = work({QUARTER})\ntotal = helper({QUARTER})\n"
     prof = mlrun(shell, "-r -q -g cpu -f work -f helper", cell)
-    x = row(prof, work, "# 1 MiB")
+    x = line_figures(prof, work, "# 1 MiB")
     assert (x["count"], x["net_growth"]) == (3, 3 * MiB)
-    h = row(prof, helper, "# helper alloc")
+    h = line_figures(prof, helper, "# helper alloc")
     assert (h["count"], h["net_growth"]) == (1, MiB)
     assert shell.user_ns["total"] == QUARTER
     assert tuple(shell.user_ns["kept"].shape) == (2 * QUARTER,)
@@ -239,7 +228,7 @@ def test_cell_may_use_ipython_syntax(shell):
     cell = f"names = %who_ls\nhelper({QUARTER})\n"
     prof = mlrun(shell, "-r -q -g cpu -f helper", cell)
     assert "helper" in shell.user_ns["names"]
-    assert row(prof, helper, "# helper alloc")["count"] == 1
+    assert line_figures(prof, helper, "# helper alloc")["count"] == 1
 
 
 # ---- -f expressions -----------------------------------------------------------------------
@@ -248,7 +237,7 @@ def test_cell_may_use_ipython_syntax(shell):
 def test_function_expressions(shell, expr):
     prof = mlrun(shell, f"-r -q -g cpu -f {expr} net(torch.randn(4, 16))")
     assert [f.__qualname__ for f in prof.functions] == ["Net.forward"]
-    line = row(prof, Net.forward, "# net forward")
+    line = line_figures(prof, Net.forward, "# net forward")
     assert (line["count"], line["net_growth"]) == (1, 4 * 16 * 4)
 
 
@@ -256,7 +245,7 @@ def test_quoted_function_expression_and_repeats(shell):
     prof = mlrun(shell, f"""-r -q -g cpu -f "fns['a b']" -f work -f helper """
                         f"""--function=work helper({QUARTER})""")
     assert [f.__name__ for f in prof.functions] == ["helper", "work"]
-    assert row(prof, helper, "# helper alloc")["net_growth"] == MiB
+    assert line_figures(prof, helper, "# helper alloc")["net_growth"] == MiB
 
 
 # ---- columns ----------------------------------------------------------------------
@@ -266,7 +255,7 @@ def test_extra_column_added_to_defaults(shell):
                         f"-f work work({QUARTER})")
     assert prof.columns == DEFAULT_COLUMNS + ("active_bytes.all.allocated",
                                               "allocation.all.allocated")
-    x = row(prof, work, "# 1 MiB")
+    x = line_figures(prof, work, "# 1 MiB")
     assert x["active_bytes.all.allocated"] == MiB
     assert x["allocation.all.allocated"] == 1
 

@@ -18,7 +18,6 @@ pytest.importorskip("pytorch_memlab._torchshim")
 from pytorch_memlab import LineProfiler, load, profile_every  # noqa: E402
 from pytorch_memlab.html_report import render_report, write_report  # noqa: E402
 
-MiB = 1 << 20
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser")
                  if shutil.which(name)), None)
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "

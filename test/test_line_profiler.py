@@ -11,7 +11,7 @@ import sys
 import threading
 
 import pytest
-from helpers import (ContinueDebugger, line_of, run_script,  # noqa: E402
+from helpers import (ContinueDebugger, line_figures, run_script,  # noqa: E402
                      threads_at_reused_addresses)
 
 torch = pytest.importorskip("torch")
@@ -19,21 +19,12 @@ pytest.importorskip("pytorch_memlab._torchshim")
 
 from pytorch_memlab import LineProfiler, _tracer  # noqa: E402
 
-MiB = 1 << 20
+from helpers import MiB  # noqa: E402
 PEAK = "active_bytes.all.peak"
 MONITORING = _tracer.MECHANISM == "monitoring"
 
 
 # ---- helpers -----------------------------------------------------------------
-
-def row(prof, func, text, device="cpu"):
-    """The stats() line of func whose code contains text."""
-    lineno = line_of(func, text)
-    for record in prof.stats(func):
-        if record["device"] == device:
-            return next(line for line in record["lines"] if line["lineno"] == lineno)
-    raise AssertionError(device)
-
 
 def assert_no_hook(prof):
     assert not prof.enabled
@@ -93,8 +84,8 @@ def test_one_mib_line_peak_and_growth(prof_factory):
     prof = prof_factory(one_mib)
     with prof:
         x = one_mib()
-    base = row(prof, one_mib, "# nothing")[PEAK]
-    line = row(prof, one_mib, "# 1 MiB")
+    base = line_figures(prof, one_mib, "# nothing")[PEAK]
+    line = line_figures(prof, one_mib, "# 1 MiB")
     assert line[PEAK] - base == MiB
     assert line["net_growth"] == MiB
     assert line["count"] == 1
@@ -106,13 +97,13 @@ def test_net_growth_when_freed_on_later_line(prof_factory):
     prof = prof_factory(grow_then_free)
     with prof:
         grow_then_free()
-    base = row(prof, grow_then_free, "# nothing")[PEAK]
-    assert row(prof, grow_then_free, "# make")["net_growth"] == MiB
-    assert row(prof, grow_then_free, "# make two")["net_growth"] == 2 * MiB
-    assert row(prof, grow_then_free, "# make two")[PEAK] - base == 3 * MiB
-    assert row(prof, grow_then_free, "# free one")["net_growth"] == -MiB
-    assert row(prof, grow_then_free, "# free two")["net_growth"] == -2 * MiB
-    assert row(prof, grow_then_free, "# free two")[PEAK] - base == 2 * MiB
+    base = line_figures(prof, grow_then_free, "# nothing")[PEAK]
+    assert line_figures(prof, grow_then_free, "# make")["net_growth"] == MiB
+    assert line_figures(prof, grow_then_free, "# make two")["net_growth"] == 2 * MiB
+    assert line_figures(prof, grow_then_free, "# make two")[PEAK] - base == 3 * MiB
+    assert line_figures(prof, grow_then_free, "# free one")["net_growth"] == -MiB
+    assert line_figures(prof, grow_then_free, "# free two")["net_growth"] == -2 * MiB
+    assert line_figures(prof, grow_then_free, "# free two")[PEAK] - base == 2 * MiB
 
 
 def test_counters_and_levels(prof_factory):
@@ -122,13 +113,13 @@ def test_counters_and_levels(prof_factory):
     with prof:
         grow_then_free()
         grow_then_free()
-    make = row(prof, grow_then_free, "# make two")
+    make = line_figures(prof, grow_then_free, "# make two")
     assert make["count"] == 2
     assert make["active_bytes.all.allocated"] == 4 * MiB      # summed over runs
     assert make["allocation.all.allocated"] == 2
     assert make["net_growth"] == 4 * MiB                      # summed over runs
-    assert row(prof, grow_then_free, "# free two")["active_bytes.all.freed"] == 4 * MiB
-    base = row(prof, grow_then_free, "# nothing")["active_bytes.all.current"]
+    assert line_figures(prof, grow_then_free, "# free two")["active_bytes.all.freed"] == 4 * MiB
+    base = line_figures(prof, grow_then_free, "# nothing")["active_bytes.all.current"]
     assert make["active_bytes.all.current"] - base == 3 * MiB   # level at the end
 
 
@@ -136,20 +127,20 @@ def test_nested_inner_peak_charged_to_callers_line(prof_factory):
     prof = prof_factory(outer_calls, inner_temp)
     with prof:
         outer_calls()
-    base = row(prof, outer_calls, "# nothing")[PEAK]
-    call = row(prof, outer_calls, "# call inner")
+    base = line_figures(prof, outer_calls, "# nothing")[PEAK]
+    call = line_figures(prof, outer_calls, "# call inner")
     assert call[PEAK] - base == 2 * MiB
     assert call["net_growth"] == 0
-    assert row(prof, inner_temp, "# inner 2 MiB")[PEAK] - base == 2 * MiB
-    assert row(prof, inner_temp, "# inner 2 MiB")["net_growth"] == 2 * MiB
+    assert line_figures(prof, inner_temp, "# inner 2 MiB")[PEAK] - base == 2 * MiB
+    assert line_figures(prof, inner_temp, "# inner 2 MiB")["net_growth"] == 2 * MiB
 
 
 def test_unregistered_callee_still_charged(prof_factory):
     prof = prof_factory(outer_calls)
     with prof:
         outer_calls()
-    base = row(prof, outer_calls, "# nothing")[PEAK]
-    assert row(prof, outer_calls, "# call inner")[PEAK] - base == 2 * MiB
+    base = line_figures(prof, outer_calls, "# nothing")[PEAK]
+    assert line_figures(prof, outer_calls, "# call inner")[PEAK] - base == 2 * MiB
     assert [r["qualname"] for r in prof.stats()] == ["outer_calls"]
 
 
@@ -164,9 +155,9 @@ def test_max_over_runs(prof_factory):
         sized(262144)
         sized(262144 * 4)
         sized(262144 * 2)
-    line = row(prof, sized, "# sized")
+    line = line_figures(prof, sized, "# sized")
     assert line["count"] == 3
-    assert line[PEAK] - row(prof, sized, "# nothing")[PEAK] == 4 * MiB
+    assert line[PEAK] - line_figures(prof, sized, "# nothing")[PEAK] == 4 * MiB
 
 
 # ---- threads ---------------------------------------------------------------------
@@ -178,7 +169,7 @@ def test_thread_started_after_enable(prof_factory):
         t = threading.Thread(target=lambda: out.append(one_mib()))
         t.start()
         t.join()
-    line = row(prof, one_mib, "# 1 MiB")
+    line = line_figures(prof, one_mib, "# 1 MiB")
     assert line["count"] == 1 and line["net_growth"] == MiB
 
 
@@ -199,7 +190,7 @@ def test_thread_started_before_enable(prof_factory):
         go.set()
         done.wait(30)
     t.join()
-    assert row(prof, one_mib, "# 1 MiB")["count"] == 1
+    assert line_figures(prof, one_mib, "# 1 MiB")["count"] == 1
 
 
 def maybe_debugged(n, debug):
@@ -221,10 +212,10 @@ def test_later_thread_at_a_finished_threads_address(prof_factory):
         runs, plain = threads_at_reused_addresses(lambda: maybe_debugged(MiB, True),
                                                   lambda: maybe_debugged(4 * MiB, False))
     debugged = runs - plain
-    alloc = row(prof, maybe_debugged, "# alloc")
+    alloc = line_figures(prof, maybe_debugged, "# alloc")
     assert (alloc["count"], alloc[cols[0]], alloc[cols[1]]) == (
         runs, (debugged + 4 * plain) * MiB, runs)
-    line = row(prof, maybe_debugged, "# debugger")
+    line = line_figures(prof, maybe_debugged, "# debugger")
     assert (line["count"], line[cols[0]], line[cols[1]]) == (debugged, 0, 0)
 
 
@@ -264,10 +255,10 @@ def test_methods_and_module_forward(prof_factory):
         Holder.static()
         Holder.klass()
         net(torch.ones(4, 256))
-    assert row(prof, Holder.method, "# method line")["net_growth"] == MiB
-    assert row(prof, Holder.static, "# static line")["net_growth"] == MiB
-    assert row(prof, Holder.klass, "# class line")["net_growth"] == MiB
-    assert row(prof, Net.forward, "# forward line")["net_growth"] == 4 * 256 * 4
+    assert line_figures(prof, Holder.method, "# method line")["net_growth"] == MiB
+    assert line_figures(prof, Holder.static, "# static line")["net_growth"] == MiB
+    assert line_figures(prof, Holder.klass, "# class line")["net_growth"] == MiB
+    assert line_figures(prof, Net.forward, "# forward line")["net_growth"] == 4 * 256 * 4
     assert {r["qualname"] for r in prof.stats()} == {
         "Holder.method", "Holder.static", "Holder.klass", "Net.forward"}
 
@@ -278,7 +269,7 @@ def test_forward_by_class_and_by_bound_method(prof_factory):
     assert len(prof.functions) == 1
     with torch.no_grad(), prof:
         net(torch.ones(1, 256))
-    assert row(prof, Net.forward, "# forward line")["count"] == 1
+    assert line_figures(prof, Net.forward, "# forward line")["count"] == 1
 
 
 def test_wrapped_function_is_unwrapped(prof_factory):
@@ -293,7 +284,7 @@ def test_wrapped_function_is_unwrapped(prof_factory):
     assert prof.functions == [one_mib]
     with prof:
         wrapped()
-    assert row(prof, one_mib, "# 1 MiB")["count"] == 1
+    assert line_figures(prof, one_mib, "# 1 MiB")["count"] == 1
 
 
 def test_replaced_code_object_is_picked_up(prof_factory):
@@ -410,8 +401,8 @@ def test_exception_in_context_manager_commits_and_leaves_no_hook(prof_factory):
                 assert prof._tracers.tracers[0].tool_id >= 0
             raises_midway()
     assert_no_hook(prof)
-    assert row(prof, raises_midway, "# before")["net_growth"] == MiB
-    assert row(prof, raises_midway, "# raise here")["raised"] == "KeyError"
+    assert line_figures(prof, raises_midway, "# before")["net_growth"] == MiB
+    assert line_figures(prof, raises_midway, "# raise here")["raised"] == "KeyError"
     assert "<-- KeyError raised here" in repr(prof.display())
 
 
@@ -422,7 +413,7 @@ def test_enable_disable_no_hook(prof_factory):
     one_mib()
     prof.disable()
     assert_no_hook(prof)
-    assert row(prof, one_mib, "# 1 MiB")["count"] == 1
+    assert line_figures(prof, one_mib, "# 1 MiB")["count"] == 1
 
 
 # ---- output --------------------------------------------------------------------------

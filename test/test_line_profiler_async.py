@@ -4,14 +4,14 @@ resumed frame had no current line until the next line event)."""
 import asyncio
 
 import pytest
-from helpers import line_of
+from helpers import line_figures
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("pytorch_memlab._torchshim")
 
 from pytorch_memlab import LineProfiler  # noqa: E402
 
-MiB = 1 << 20
+from helpers import MiB  # noqa: E402
 PEAK = "active_bytes.all.peak"
 kept = []
 
@@ -38,21 +38,12 @@ async def interleaved():
     return await asyncio.gather(two_mib(1), two_mib(2))
 
 
-def row(prof, func, text):
-    lineno = line_of(func, text)
-    for record in prof.stats(func):
-        for line in record["lines"]:
-            if line["lineno"] == lineno:
-                return line
-    raise AssertionError(text)
-
-
 def test_callee_allocating_after_resume_is_charged():
     kept.clear()
     prof = LineProfiler(awaits_helper, device="cpu")
     with prof:
         assert asyncio.run(awaits_helper()) == 1
-    line = row(prof, awaits_helper, "# await helper")
+    line = line_figures(prof, awaits_helper, "# await helper")
     assert line["net_growth"] == MiB
     kept.clear()
 
@@ -63,6 +54,6 @@ def test_interleaved_coroutines_charge_all_four_mib():
     prof = LineProfiler(two_mib, device="cpu")
     with prof:
         assert asyncio.run(interleaved()) == [2, 3]
-    assert row(prof, two_mib, "# first MiB")["net_growth"] == 2 * MiB
-    assert row(prof, two_mib, "# second MiB")["net_growth"] == 2 * MiB
+    assert line_figures(prof, two_mib, "# first MiB")["net_growth"] == 2 * MiB
+    assert line_figures(prof, two_mib, "# second MiB")["net_growth"] == 2 * MiB
     kept.clear()

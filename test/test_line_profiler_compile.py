@@ -12,7 +12,7 @@ pytest.importorskip("pytorch_memlab._torchshim")
 from pytorch_memlab import LineProfiler, clear_global_line_profiler, profile  # noqa: E402
 from pytorch_memlab.line_profiler import global_line_profiler  # noqa: E402
 
-MiB = 1 << 20
+from helpers import MiB  # noqa: E402
 COMPILED = "but none of its lines was traced: it is compiled by torch.compile"
 
 

@@ -20,7 +20,7 @@ from pytorch_memlab import (  # noqa: E402
     target_gpu,
 )
 
-MiB = 1 << 20
+from helpers import MiB  # noqa: E402
 N_GPUS = torch.cuda.device_count()
 two_gpus = pytest.mark.skipif(N_GPUS < 2, reason="needs two GPUs")
 

@@ -8,7 +8,7 @@ import sys
 import threading
 
 import pytest
-from helpers import line_of, run_script  # noqa: E402
+from helpers import line_figures, run_script  # noqa: E402
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("pytorch_memlab._torchshim")
@@ -28,14 +28,8 @@ from pytorch_memlab.line_profiler import (  # noqa: E402
     readable_size,
 )
 
-MiB = 1 << 20
+from helpers import MiB  # noqa: E402
 MONITORING = _tracer.MECHANISM == "monitoring"
-
-
-def row(prof, func, text):
-    lineno = line_of(func, text)
-    record = prof.stats(func)[0]
-    return next(line for line in record["lines"] if line["lineno"] == lineno)
 
 
 def parse(size):
@@ -78,7 +72,7 @@ def test_profile_with_arguments_on_between_calls_only_if_cheap(cpu_profile):
     assert cpu_profile().enabled == MONITORING
     assert sys.gettrace() is None
     deco_work(262144 * 2)
-    line = row(cpu_profile(), deco_work, "# deco alloc")
+    line = line_figures(cpu_profile(), deco_work, "# deco alloc")
     assert line["count"] == 2
     assert line["net_growth"] == 3 * MiB   # x outlives its line: 1 MiB, then 2 MiB
 
@@ -199,7 +193,7 @@ def test_keyboard_interrupt_prints_and_leaves_no_hook(cpu_profile, capsys):
     assert out.startswith("## ")
     assert "## test_keyboard_interrupt_prints_and_leaves_no_hook.<locals>.interrupted" in out
     assert "raise KeyboardInterrupt  # interrupted here   <-- KeyboardInterrupt raised here" in out
-    assert row(cpu_profile(), interrupted, "# ok line")["net_growth"] == MiB
+    assert line_figures(cpu_profile(), interrupted, "# ok line")["net_growth"] == MiB
 
 
 def test_oom_marks_the_line_in_every_profiled_frame(cpu_profile, capsys):
@@ -221,9 +215,9 @@ def test_oom_marks_the_line_in_every_profiled_frame(cpu_profile, capsys):
     assert any("# oom line" in m for m in marked)
     assert any("# call that fails" in m for m in marked)
     prof = cpu_profile()
-    assert row(prof, allocate, "# oom line")["raised"] == "OutOfMemoryError"
-    assert row(prof, step, "# call that fails")["raised"] == "OutOfMemoryError"
-    assert row(prof, allocate, "# fine")["raised"] is None
+    assert line_figures(prof, allocate, "# oom line")["raised"] == "OutOfMemoryError"
+    assert line_figures(prof, step, "# call that fails")["raised"] == "OutOfMemoryError"
+    assert line_figures(prof, allocate, "# fine")["raised"] is None
     no_hook(prof)
 
 
@@ -269,9 +263,9 @@ def test_methods_forward_static_class(cpu_profile):
         net(torch.ones(2, 64))
         Net.make()
     prof = cpu_profile()
-    assert row(prof, Net.forward, "# forward line")["count"] == 1
-    assert row(prof, Net.make, "# static line")["net_growth"] == MiB
-    assert row(prof, Net.build, "# class line")["count"] == 1
+    assert line_figures(prof, Net.forward, "# forward line")["count"] == 1
+    assert line_figures(prof, Net.make, "# static line")["net_growth"] == MiB
+    assert line_figures(prof, Net.build, "# class line")["count"] == 1
 
 
 def test_generator_and_coroutine(cpu_profile):
@@ -289,9 +283,9 @@ def test_generator_and_coroutine(cpu_profile):
     assert len(list(chunks())) == 3
     asyncio.run(coro())
     prof = cpu_profile()
-    assert row(prof, chunks, "# yield line")["count"] >= 3
-    assert row(prof, coro, "# before await")["net_growth"] == MiB
-    assert row(prof, coro, "# after await")["count"] == 1
+    assert line_figures(prof, chunks, "# yield line")["count"] >= 3
+    assert line_figures(prof, coro, "# before await")["net_growth"] == MiB
+    assert line_figures(prof, coro, "# after await")["count"] == 1
 
 
 def test_closure_recreated_on_each_call_is_one_record(cpu_profile):
@@ -343,16 +337,16 @@ def test_thread_started_before_and_after(cpu_profile):
 
     main_side()
     early.join()
-    assert row(cpu_profile(), in_thread, "# thread line")["count"] == 2
+    assert line_figures(cpu_profile(), in_thread, "# thread line")["count"] == 2
 
 
 def test_clear_global_line_profiler(cpu_profile):
     deco_work(10)
-    assert row(cpu_profile(), deco_work, "# deco alloc")["count"] == 1
+    assert line_figures(cpu_profile(), deco_work, "# deco alloc")["count"] == 1
     clear_global_line_profiler()
-    assert row(cpu_profile(), deco_work, "# deco alloc")["count"] == 0
+    assert line_figures(cpu_profile(), deco_work, "# deco alloc")["count"] == 0
     deco_work(10)
-    assert row(cpu_profile(), deco_work, "# deco alloc")["count"] == 1
+    assert line_figures(cpu_profile(), deco_work, "# deco alloc")["count"] == 1
 
 
 # ---- profile_every ---------------------------------------------------------------------

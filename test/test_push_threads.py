@@ -8,26 +8,18 @@ import threading
 import time
 
 import pytest
-from helpers import line_of
+from helpers import line_figures
 
 torch = pytest.importorskip("torch")
 shim = pytest.importorskip("pytorch_memlab._torchshim")
 
 from pytorch_memlab import LineProfiler  # noqa: E402
 
-MiB = 1 << 20
+from helpers import MiB  # noqa: E402
 PEAK = "active_bytes.all.peak"
 ALLOC = "active_bytes.all.allocated"
 FREED = "active_bytes.all.freed"
 COLUMNS = [PEAK, ALLOC, FREED]
-
-
-def row(prof, func, text):
-    lineno = line_of(func, text)
-    for record in prof.stats(func):
-        if record["device"] == "cpu":
-            return next(line for line in record["lines"] if line["lineno"] == lineno)
-    raise AssertionError(func)
 
 
 def keep_and_temp(ready, proceed):
@@ -75,8 +67,8 @@ def run_worker_against_spinner(prof_worker, prof_main):
 
 
 def check_worker_line(prof):
-    base = row(prof, keep_and_temp, "# wait")[PEAK]
-    line = row(prof, keep_and_temp, "# keep 1 MiB")
+    base = line_figures(prof, keep_and_temp, "# wait")[PEAK]
+    line = line_figures(prof, keep_and_temp, "# keep 1 MiB")
     assert line["count"] == 1
     assert line[PEAK] - base == 3 * MiB
     assert line[ALLOC] == 3 * MiB

@@ -15,7 +15,6 @@ pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULE = "pytorch_memlab.pytest_plugin"
-MiB = 1024 * 1024
 
 
 def _entry_point_installed() -> bool:

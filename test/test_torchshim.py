@@ -19,7 +19,7 @@ from pytorch_memlab import native  # noqa: E402
 
 shim = pytest.importorskip("pytorch_memlab._torchshim")
 
-MiB = 1 << 20
+from helpers import MiB  # noqa: E402
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
 

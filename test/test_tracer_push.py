@@ -19,7 +19,7 @@ from pytorch_memlab import _tracer
 
 FIELDS = ("bytes.allocated", "bytes.current", "bytes.freed", "bytes.peak")
 COLUMNS = ["bytes.peak", "bytes.allocated", "bytes.freed"]
-MiB = 1 << 20
+from helpers import MiB  # noqa: E402
 
 
 class PushSource:
