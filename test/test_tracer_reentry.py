@@ -1,0 +1,199 @@
+"""Re-entry into the C core from a memory source's Python code, and the
+settrace hook's chaining (issue 30, items 1, 2, 5, 8, 12, 15).
+
+A Python memory source runs arbitrary code inside enable(), disable() and
+every event: it may call enable()/disable() again, drop the last reference
+to a tracer, or run profiled code.  Memory errors are witnessed in a fresh
+interpreter under PYTHONMALLOC=debug; hangs in a fresh interpreter with a
+timeout."""
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from pytorch_memlab import _tracer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SETTRACE = _tracer.MECHANISM == "settrace"
+settrace_only = pytest.mark.skipif(
+    not SETTRACE, reason="the PyEval_SetTrace hook only (PYTORCH_MEMLAB_TRACER=settrace)")
+
+# Shared by the child scripts: a Python-level source whose sample() and
+# prepare() run what the test puts in `on_sample` / `on_prepare`.
+PRELUDE = '''
+import sys, threading
+from pytorch_memlab import _tracer
+
+def simple():
+    x = 1
+    return x
+
+class Src:
+    name = "py"
+    fields = ("n.current",)
+    kinds = ("level",)
+    def __init__(self):
+        self.on_sample = self.on_prepare = None
+    def prepare(self, device):
+        hook, self.on_prepare = self.on_prepare, None   # once
+        if hook is not None:
+            hook()
+    def reset_peaks(self, device):
+        pass
+    def sample(self, device):
+        hook, self.on_sample = self.on_sample, None     # once
+        if hook is not None:
+            hook()
+        return (0,)
+'''
+
+
+def run_child(code, timeout=30):
+    """Run PRELUDE + code in a fresh interpreter under PYTHONMALLOC=debug (a
+    use after free fails loudly there).  A hang is a failure, not a stuck
+    test run."""
+    env = dict(os.environ, PYTHONMALLOC="debug", PYTHONPATH=ROOT)
+    try:
+        proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
+                              env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the child hung for {timeout} s (an event loops forever?)")
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+    return proc.stdout
+
+
+# ---- item 2: an event while a dying tracer disables itself ------------------
+
+def test_event_while_dying_tracer_disables():
+    # A tracer that dies while enabled disables itself in dealloc; its last
+    # sample() runs profiled code.  The event used to find the dying tracer
+    # still on the enabled list, take a reference (0 -> 1) and drop it: the
+    # tracer was freed twice.
+    out = run_child('''
+        src = Src()
+        holder = {"t": _tracer.Tracer(src, 0, ["n.current"], "n.current")}
+        holder["t"].add_code(simple.__code__)
+
+        def victim():
+            # the tracer dies here, victim's frame open; the dealloc's last
+            # reading runs profiled code (one line: no reading in between)
+            src.on_sample = simple; holder.clear()
+            return 1
+
+        holder["t"].add_code(victim.__code__)
+        holder["t"].enable()
+        victim()
+        simple()
+        print("ok", sys.gettrace())
+    ''')
+    assert out == "ok None\n"
+
+
+# ---- item 5: enable() / disable() re-entered ----------------------------------
+
+@pytest.mark.parametrize("then", ["event", "shutdown"])
+def test_prepare_that_enables_same_tracer(then):
+    # enable() set `enabled` only after the source's prepare(); a prepare()
+    # that enabled the same tracer linked it twice onto the enabled list
+    # (next_enabled == self): the next event looped forever, and so did
+    # _shutdown().  Now the inner enable() is a no-op: the outer call
+    # finishes enabling.
+    out = run_child('''
+        src = Src()
+        t = _tracer.Tracer(src, 0, ["n.current"], "n.current")
+        t.add_code(simple.__code__)
+        inner = []
+        src.on_prepare = lambda: inner.append((t.enable(), t.enabled))
+        t.enable()
+        if %r == "event":
+            simple()
+            t.disable()
+        else:
+            _tracer._shutdown()
+        counts = sorted(rec[0] for rec in t.stats()[simple.__code__].values())
+        print("ok", inner, t.enabled, counts)
+    ''' % then)
+    counts = [1, 1] if then == "event" else []
+    assert out == f"ok [(None, False)] False {counts}\n"
+
+
+def test_enable_from_two_threads_at_once():
+    # Thread B enables while thread A's enable() waits in prepare(): both
+    # used to link the tracer, and every later event spun forever.
+    out = run_child('''
+        src = Src()
+        t = _tracer.Tracer(src, 0, ["n.current"], "n.current")
+        t.add_code(simple.__code__)
+        in_prepare, b_done = threading.Event(), threading.Event()
+        def slow_prepare():
+            in_prepare.set()
+            assert b_done.wait(30)
+        src.on_prepare = slow_prepare
+        def other():
+            assert in_prepare.wait(30)
+            t.enable()             # while A is enabling: a no-op
+            b_done.set()
+        b = threading.Thread(target=other)
+        b.start()
+        t.enable()
+        b.join()
+        _tracer.install_thread_hook()
+        simple()
+        t.disable()
+        stats = t.stats()[simple.__code__]
+        print("ok", t.enabled, sorted(rec[0] for rec in stats.values()))
+    ''')
+    assert out == "ok False [1, 1]\n"
+
+
+def test_disable_while_enabling_is_refused():
+    out = run_child('''
+        src = Src()
+        t = _tracer.Tracer(src, 0, ["n.current"], "n.current")
+        t.add_code(simple.__code__)
+        seen = []
+        def prepare_disables():
+            try:
+                t.disable()
+            except RuntimeError as e:
+                seen.append(str(e))
+        src.on_prepare = prepare_disables
+        t.enable()
+        simple()
+        enabled = t.enabled
+        t.disable()
+        print("ok", enabled, seen)
+    ''')
+    assert out.startswith("ok True [\"Tracer.disable() while the tracer is being enabled")
+
+
+def test_enable_or_disable_while_disabling():
+    # disable()'s last reading runs the source: disable() there is a no-op
+    # (it used to recurse), enable() is refused.
+    out = run_child('''
+        src = Src()
+        t = _tracer.Tracer(src, 0, ["n.current"], "n.current")
+        t.add_code(simple.__code__)
+        seen = []
+        def victim():
+            src.on_sample = sample_reenters; t.disable()   # its last reading
+            return 1
+        t.add_code(victim.__code__)
+        def sample_reenters():
+            seen.append(t.disable())
+            try:
+                t.enable()
+            except RuntimeError as e:
+                seen.append(str(e))
+            _tracer._shutdown()
+        t.enable()
+        simple()
+        victim()
+        simple()
+        print("ok", t.enabled, seen, sys.gettrace())
+    ''')
+    assert out.startswith("ok False [None, \"Tracer.enable() while the tracer is being disabled")
+    assert out.endswith(" None\n")
