@@ -65,6 +65,40 @@ def run_child(code, timeout=30):
     return proc.stdout
 
 
+# ---- item 1: the chained trace function outlives a disable() in dispatch ----
+
+@settrace_only
+@pytest.mark.parametrize("how", ["disable", "drop"])
+def test_dispatch_that_disables_last_tracer_keeps_foreign_function(how):
+    # Another tool traces the thread; we chain to it.  A sample() that
+    # disables the last tracer (or drops its last reference) put the tool's
+    # function back and freed our record of it; trace_function then called
+    # the freed record's function pointer.
+    out = run_child('''
+        calls = []
+        def foreign(frame, event, arg):
+            calls.append(event)
+            return foreign
+        src = Src()
+        holder = {"t": _tracer.Tracer(src, 0, ["n.current"], "n.current")}
+        holder["t"].add_code(simple.__code__)
+        sys.settrace(foreign)
+        holder["t"].enable()
+        if %r == "disable":
+            src.on_sample = lambda: holder["t"].disable()
+        else:
+            src.on_sample = holder.clear            # the tracer dies in dispatch
+        simple()
+        assert sys.gettrace() is foreign, sys.gettrace()
+        del calls[:]
+        simple()
+        sys.settrace(None)
+        print("ok", calls)
+    ''' % how)
+    # the tool still sees every event of the next call
+    assert out.split(None, 1) == ["ok", "['call', 'line', 'line', 'return']\n"]
+
+
 # ---- item 2: an event while a dying tracer disables itself ------------------
 
 def test_event_while_dying_tracer_disables():
@@ -197,3 +231,35 @@ def test_enable_or_disable_while_disabling():
     ''')
     assert out.startswith("ok False [None, \"Tracer.enable() while the tracer is being disabled")
     assert out.endswith(" None\n")
+
+
+# ---- item 8: the chained record of each thread ------------------------------
+
+@settrace_only
+def test_chained_trace_function_is_not_leaked_per_thread():
+    # A coverage-style threading hook installs the tool's trace object in
+    # each new thread; our hook chained to it kept a malloc'd record with a
+    # strong reference per thread, never freed: the object's reference count
+    # grew by one per thread.
+    def tool(frame, event, arg):
+        return None
+
+    def thread_hook(frame, event, arg):
+        sys.settrace(tool)
+        return tool(frame, event, arg)
+
+    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    prior = threading._trace_hook
+    threading.settrace(thread_hook)
+    t.enable()
+    try:
+        before = sys.getrefcount(tool)
+        for _ in range(50):
+            th = threading.Thread(target=int)
+            th.start()
+            th.join()
+        after = sys.getrefcount(tool)
+    finally:
+        t.disable()
+        threading.settrace(prior)
+    assert after == before
