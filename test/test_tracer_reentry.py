@@ -6,6 +6,7 @@ every event: it may call enable()/disable() again, drop the last reference
 to a tracer, or run profiled code.  Memory errors are witnessed in a fresh
 interpreter under PYTHONMALLOC=debug; hangs in a fresh interpreter with a
 timeout."""
+import bdb
 import os
 import subprocess
 import sys
@@ -263,3 +264,57 @@ def test_chained_trace_function_is_not_leaked_per_thread():
         t.disable()
         threading.settrace(prior)
     assert after == before
+
+
+# ---- item 12: a debugger started in an unprofiled frame ---------------------
+
+class Stepper(bdb.Bdb):
+    """Steps until `code` returns, recording the lines of `code`."""
+
+    def __init__(self, code):
+        super().__init__()
+        self.code, self.lines = code, []
+
+    def user_line(self, frame):
+        if frame.f_code is self.code:
+            self.lines.append(frame.f_lineno - self.code.co_firstlineno)
+        self.set_step()
+
+    def user_return(self, frame, value):
+        if frame.f_code is self.code:
+            self.set_continue()
+        else:
+            self.set_step()
+
+
+def debugged(stepper):
+    stepper.set_trace()
+    a = 1
+    b = 2
+    return a + b
+
+
+def stepped_lines():
+    stepper = Stepper(debugged.__code__)
+    try:
+        debugged(stepper)
+    finally:
+        sys.settrace(None)
+    return stepper.lines
+
+
+@settrace_only
+def test_debugger_in_unprofiled_frame_gets_line_events():
+    # The hook set f_trace_lines = False on every unprofiled frame entered
+    # while enabled, so a debugger started in such a frame got no line
+    # events there: bdb stepped through nothing.
+    alone = stepped_lines()
+    assert alone == [2, 3, 4]
+    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    t.add_code(test_event_while_dying_tracer_disables.__code__)   # something else
+    t.enable()
+    try:
+        profiled = stepped_lines()
+    finally:
+        t.disable()
+    assert profiled == alone

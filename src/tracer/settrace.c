@@ -30,6 +30,7 @@ static PyObject *prior_thread_hook;   /* Owned. threading's hook before ours, or
 static int warned_foreign_tracer;
 static int setting_trace;             /* we are calling PyEval_SetTrace */
 static int recheck_pending;
+static int cleared_trace_lines;       /* some frame's f_trace_lines was cleared by us */
 
 /* Per OS thread, like the thread state that is current on it. */
 #if defined(_MSC_VER)
@@ -185,7 +186,11 @@ trace_ours(PyFrameObject *frame, int what, int alone)
     }
     else if (what == PyTrace_CALL && alone) {
         /* No line events for frames nobody profiles (unless the other
-         * tool wants them). */
+         * tool wants them): without this, <= 3.11 and 3.12's settrace call
+         * us for every line of unrelated code (up to 2x its run time).  A
+         * debugger started in such a frame wants them: the audit hook sets
+         * the flag again on the thread's frames when sys.settrace runs. */
+        cleared_trace_lines = 1;
         memlab_saved_exc saved;
         memlab_save_exc(&saved);
         if (PyObject_SetAttr((PyObject *)frame, str_f_trace_lines, Py_False) < 0) {
@@ -342,13 +347,40 @@ recheck(void *unused)
     return 0;
 }
 
+/* A trace function is about to be set on this thread (a debugger, say):
+ * the frames on its stack give line events again, as they would have
+ * without us. */
+static void
+restore_trace_lines(void)
+{
+    PyFrameObject *frame = PyEval_GetFrame();
+    Py_XINCREF(frame);
+    while (frame != NULL) {
+        if (PyObject_SetAttr((PyObject *)frame, str_f_trace_lines, Py_True) < 0) {
+            PyErr_Clear();
+        }
+        PyFrameObject *back = PyFrame_GetBack(frame);
+        Py_DECREF(frame);
+        frame = back;
+    }
+}
+
 /* Another tool is about to change a thread's trace function: look again
  * once it has. */
 static int
 audit_hook(const char *event, PyObject *args, void *unused)
 {
-    if (memlab_enabled_tracers == NULL || setting_trace || recheck_pending
-            || strcmp(event, "sys.settrace") != 0
+    if (setting_trace || (memlab_enabled_tracers == NULL && !cleared_trace_lines)
+            || strcmp(event, "sys.settrace") != 0) {
+        return 0;
+    }
+    if (cleared_trace_lines) {
+        memlab_saved_exc saved;
+        memlab_save_exc(&saved);
+        restore_trace_lines();
+        memlab_restore_exc(&saved);
+    }
+    if (memlab_enabled_tracers == NULL || recheck_pending
             || strcmp(memlab_mechanism, "settrace") != 0) {
         return 0;
     }
