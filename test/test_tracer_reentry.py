@@ -318,3 +318,43 @@ def test_debugger_in_unprofiled_frame_gets_line_events():
     finally:
         t.disable()
     assert profiled == alone
+
+
+# ---- item 15: sys.settrace on a worker thread --------------------------------
+
+def worked():
+    x = 1
+    return x
+
+
+@settrace_only
+def test_settrace_on_worker_thread_keeps_profiling_there():
+    # Another tool's sys.settrace on a worker replaced our hook there; the
+    # recheck (a pending call) ran on the main thread only, so the worker's
+    # profiled calls went uncounted from then on.  Now the worker's next
+    # event chains us to the newcomer (or installs us alone once it left).
+    first = worked.__code__.co_firstlineno
+    seen = []
+
+    def tool(frame, event, arg):
+        seen.append(event)
+        return tool
+
+    def worker():
+        worked()                       # counted: our hook is there
+        sys.settrace(tool)
+        worked()                       # still counted, and the tool sees it
+        sys.settrace(None)
+        worked()                       # still counted, we stand alone again
+
+    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    t.add_code(worked.__code__)
+    t.enable()
+    try:
+        th = threading.Thread(target=worker)
+        th.start()
+        th.join()
+    finally:
+        t.disable()
+    assert t.stats()[worked.__code__][first + 1][0] == 3
+    assert "call" in seen and "line" in seen

@@ -13,9 +13,10 @@
  * set before ours runs first in each new thread, and is put back on disable.
  *
  * A tool that calls sys.settrace() after enable() takes the thread from us;
- * an audit hook on "sys.settrace" notices, warns once, and (main thread, at
- * the next pending-call check) chains to the newcomer or, when it left with
- * settrace(None), installs us alone again. */
+ * an audit hook on "sys.settrace" notices, warns once, and at that thread's
+ * next event (a one-shot profile function; or, when a profiler holds that
+ * slot, the main thread's next pending-call check) chains to the newcomer
+ * or, when it left with settrace(None), installs us alone again. */
 #include "tracer.h"
 
 #include <string.h>
@@ -310,14 +311,13 @@ set_thread_starter(int on)
     return r ? 0 : -1;
 }
 
-/* Pending call (main thread): after someone called sys.settrace while we
- * profile, chain to the newcomer, or stand alone again if it left. */
-static int
-recheck(void *unused)
+/* After another tool called sys.settrace on this thread while we profile:
+ * chain to the newcomer, or stand alone again if it left. */
+static void
+recheck_here(void)
 {
-    recheck_pending = 0;
     if (memlab_enabled_tracers == NULL || strcmp(memlab_mechanism, "settrace") != 0) {
-        return 0;
+        return;
     }
     PyThreadState *ts = PyThreadState_Get();
     memlab_saved_exc saved;
@@ -328,7 +328,7 @@ recheck(void *unused)
     }
     if (ts->c_tracefunc == trace_function) {
         memlab_restore_exc(&saved);
-        return 0;
+        return;
     }
     if (ts->c_tracefunc != NULL && !warned_foreign_tracer) {
         warned_foreign_tracer = 1;
@@ -344,6 +344,28 @@ recheck(void *unused)
         PyErr_WriteUnraisable(NULL);
     }
     memlab_restore_exc(&saved);
+}
+
+/* Pending call, run by the main thread only: the fallback when the thread
+ * that called sys.settrace had its profile function slot taken. */
+static int
+recheck(void *unused)
+{
+    recheck_pending = 0;
+    recheck_here();
+    return 0;
+}
+
+/* A one-shot profile function: the first event on the thread after another
+ * tool's sys.settrace took the thread from us, on whichever thread that was
+ * (a pending call would run on the main thread). */
+static int
+recheck_at_event(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
+{
+    if (PyThreadState_Get()->c_profilefunc == recheck_at_event) {
+        PyEval_SetProfile(NULL, NULL);
+    }
+    recheck_here();
     return 0;
 }
 
@@ -380,11 +402,18 @@ audit_hook(const char *event, PyObject *args, void *unused)
         restore_trace_lines();
         memlab_restore_exc(&saved);
     }
-    if (memlab_enabled_tracers == NULL || recheck_pending
-            || strcmp(memlab_mechanism, "settrace") != 0) {
+    if (memlab_enabled_tracers == NULL || strcmp(memlab_mechanism, "settrace") != 0) {
         return 0;
     }
-    if (Py_AddPendingCall(recheck, NULL) == 0) {
+    /* The thread is taken from us: look at its next event (a profile
+     * function of ours, while no profiler uses that slot); else at the main
+     * thread's next pending-call check. */
+    PyThreadState *ts = PyThreadState_Get();
+    if (ts->c_tracefunc == trace_function && ts->c_profilefunc == NULL) {
+        PyEval_SetProfile(recheck_at_event, NULL);
+    }
+    else if (ts->c_profilefunc != recheck_at_event && !recheck_pending
+             && Py_AddPendingCall(recheck, NULL) == 0) {
         recheck_pending = 1;
     }
     return 0;
