@@ -17,7 +17,9 @@ import pytest
 
 from pytorch_memlab import _tracer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The children import the extension this process uses (the ASan build under
+# `make asan`, not the checkout's).
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(_tracer.__file__)))
 SETTRACE = _tracer.MECHANISM == "settrace"
 settrace_only = pytest.mark.skipif(
     not SETTRACE, reason="the PyEval_SetTrace hook only (PYTORCH_MEMLAB_TRACER=settrace)")
@@ -56,7 +58,7 @@ def run_child(code, timeout=30):
     """Run PRELUDE + code in a fresh interpreter under PYTHONMALLOC=debug (a
     use after free fails loudly there).  A hang is a failure, not a stuck
     test run."""
-    env = dict(os.environ, PYTHONMALLOC="debug", PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONMALLOC="debug", PYTHONPATH=PACKAGE_ROOT)
     try:
         proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
                               env=env, capture_output=True, text=True, timeout=timeout)

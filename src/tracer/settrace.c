@@ -410,7 +410,11 @@ audit_hook(const char *event, PyObject *args, void *unused)
      * thread's next pending-call check. */
     PyThreadState *ts = PyThreadState_Get();
     if (ts->c_tracefunc == trace_function && ts->c_profilefunc == NULL) {
+        memlab_saved_exc saved;
+        memlab_save_exc(&saved);
         PyEval_SetProfile(recheck_at_event, NULL);
+        PyErr_Clear();                  /* another audit hook refused: no recheck */
+        memlab_restore_exc(&saved);
     }
     else if (ts->c_profilefunc != recheck_at_event && !recheck_pending
              && Py_AddPendingCall(recheck, NULL) == 0) {
