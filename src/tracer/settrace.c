@@ -188,7 +188,8 @@ trace_ours(PyFrameObject *frame, int what, int alone)
     else if (what == PyTrace_CALL && alone) {
         /* No line events for frames nobody profiles (unless the other
          * tool wants them): without this, <= 3.11 and 3.12's settrace call
-         * us for every line of unrelated code (up to 2x its run time).  A
+         * us for every line of unrelated code (bench_tracer "unrelated":
+         * 2.73x -> 2.82x on 3.10, 3.99x -> 4.42x on 3.11).  A
          * debugger started in such a frame wants them: the audit hook sets
          * the flag again on the thread's frames when sys.settrace runs. */
         cleared_trace_lines = 1;
