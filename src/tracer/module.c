@@ -15,22 +15,32 @@ field_table(PyObject *module, PyObject *source)
     return sampler_field_table(source);
 }
 
-/* atexit: disable every tracer so no hook or tool id outlives us. */
+/* atexit: disable every tracer so no hook or tool id outlives us.  Each
+ * tracer enabled now is asked once, from a snapshot: a disable() that does
+ * not unlink its tracer (one being enabled on another thread refuses), or a
+ * source that enables tracers again, cannot keep this loop going. */
 static PyObject *
 shutdown(PyObject *module, PyObject *unused)
 {
-    while (memlab_enabled_tracers != NULL) {
-        PyObject *t = (PyObject *)memlab_enabled_tracers;
+    PyObject *tracers = PyList_New(0);
+    if (tracers == NULL) {
+        return NULL;
+    }
+    for (TracerObject *t = memlab_enabled_tracers; t != NULL; t = t->next_enabled) {
+        if (PyList_Append(tracers, (PyObject *)t) < 0) {
+            Py_DECREF(tracers);
+            return NULL;
+        }
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tracers); i++) {
+        PyObject *t = PyList_GET_ITEM(tracers, i);
         PyObject *r = PyObject_CallMethod(t, "disable", NULL);
         if (r == NULL) {
             PyErr_WriteUnraisable(t);
-            /* disable() unlinks before it can fail; guard against a loop anyway */
-            if (memlab_enabled_tracers == (TracerObject *)t) {
-                memlab_enabled_tracers = ((TracerObject *)t)->next_enabled;
-            }
         }
         Py_XDECREF(r);
     }
+    Py_DECREF(tracers);
     Py_RETURN_NONE;
 }
 

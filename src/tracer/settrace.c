@@ -13,12 +13,12 @@
  * set before ours runs first in each new thread, and is put back on disable.
  *
  * A tool that calls sys.settrace() after enable() takes the thread from us;
- * an audit hook on "sys.settrace" notices, warns once, and (main thread, at
- * the next pending-call check) chains to the newcomer or, when it left with
- * settrace(None), installs us alone again. */
+ * an audit hook on "sys.settrace" notices, warns once, and at that thread's
+ * next event (a one-shot profile function; or, when a profiler holds that
+ * slot, the main thread's next pending-call check) chains to the newcomer
+ * or, when it left with settrace(None), installs us alone again. */
 #include "tracer.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 /* The object passed with our trace function when no other tool traces the
@@ -31,50 +31,65 @@ static PyObject *prior_thread_hook;   /* Owned. threading's hook before ours, or
 static int warned_foreign_tracer;
 static int setting_trace;             /* we are calling PyEval_SetTrace */
 static int recheck_pending;
+static int cleared_trace_lines;       /* some frame's f_trace_lines was cleared by us */
 
-/* The other tool's trace function on one thread, while we chain to it. */
+/* Per OS thread, like the thread state that is current on it. */
+#if defined(_MSC_VER)
+#  define MEMLAB_THREAD_LOCAL __declspec(thread)
+#else
+#  define MEMLAB_THREAD_LOCAL _Thread_local
+#endif
+
+/* The other tool's trace function on this thread, while we chain to it.
+ * Its object is the one the thread state holds for our function (it must
+ * stay what sys.gettrace() returns), so we keep no reference to it and
+ * allocate nothing: nothing is left to free when the thread ends. */
 typedef struct {
     Py_tracefunc func;
-    PyObject *obj;                    /* Owned. */
+    PyObject *obj;        /* Borrowed, only compared: the thread state holds it */
 } ForeignTrace;
 
-static Py_tss_t foreign_key = Py_tss_NEEDS_INIT;   /* -> ForeignTrace*, owned */
+static MEMLAB_THREAD_LOCAL ForeignTrace foreign;
 
 static int trace_function(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg);
 
-static ForeignTrace *
-foreign_here(void)
+/* The other tool's function when our function runs with `obj`; NULL when
+ * we trace the thread alone.  (The object check guards against a thread
+ * state that moved to this OS thread from another.) */
+static Py_tracefunc
+foreign_func(PyObject *obj)
 {
-    return (ForeignTrace *)PyThread_tss_get(&foreign_key);
+    return obj != hook_token && obj == foreign.obj ? foreign.func : NULL;
 }
 
 static void
 forget_foreign(void)
 {
-    ForeignTrace *f = foreign_here();
-    if (f != NULL) {
-        PyThread_tss_set(&foreign_key, NULL);
-        Py_XDECREF(f->obj);
-        free(f);
-    }
+    foreign.func = NULL;
+    foreign.obj = NULL;
 }
 
 static void
 set_trace(Py_tracefunc func, PyObject *obj)
 {
+    /* PyEval_SetTrace (3.9-3.11) drops the old object before it takes the
+     * new one: when both are one object, only our reference keeps it. */
+    Py_XINCREF(obj);
     setting_trace++;
     PyEval_SetTrace(func, obj);
     setting_trace--;
+    Py_XDECREF(obj);
 }
 
-/* Put the other tool's function back (or nothing) on this thread. */
+/* Put the other tool's function back (or nothing) on this thread, where our
+ * function runs with `obj`. */
 static void
-restore_foreign(void)
+restore_foreign(PyObject *obj)
 {
-    ForeignTrace *f = foreign_here();
-    if (f != NULL) {
-        set_trace(f->func, f->obj);
-        forget_foreign();
+    Py_tracefunc func = foreign_func(obj);
+    forget_foreign();
+    if (func != NULL) {
+        set_trace(func, obj);
     }
     else {
         set_trace(NULL, NULL);
@@ -159,41 +174,68 @@ dispatch(PyFrameObject *frame, PyObject *code, int what)
     }
 }
 
+/* Our part of an event. */
+static void
+trace_ours(PyFrameObject *frame, int what, int alone)
+{
+    if (what != PyTrace_CALL && what != PyTrace_LINE && what != PyTrace_RETURN) {
+        return;
+    }
+    PyObject *code = (PyObject *)PyFrame_GetCode(frame);
+    if (any_registered(code)) {
+        dispatch(frame, code, what);
+    }
+    else if (what == PyTrace_CALL && alone) {
+        /* No line events for frames nobody profiles (unless the other
+         * tool wants them): without this, <= 3.11 and 3.12's settrace call
+         * us for every line of unrelated code (bench_tracer "unrelated":
+         * 2.73x -> 2.82x on 3.10, 3.99x -> 4.42x on 3.11).  A
+         * debugger started in such a frame wants them: the audit hook sets
+         * the flag again on the thread's frames when sys.settrace runs. */
+        cleared_trace_lines = 1;
+        memlab_saved_exc saved;
+        memlab_save_exc(&saved);
+        if (PyObject_SetAttr((PyObject *)frame, str_f_trace_lines, Py_False) < 0) {
+            PyErr_Clear();
+        }
+        memlab_restore_exc(&saved);
+    }
+    Py_DECREF(code);
+}
+
 static int
 trace_function(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
 {
-    ForeignTrace *f = obj == hook_token ? NULL : foreign_here();
+    Py_tracefunc func = foreign_func(obj);
+    if (func == NULL) {
+        if (memlab_enabled_tracers == NULL) {
+            set_trace(NULL, NULL);      /* nobody profiles any more */
+        }
+        else {
+            trace_ours(frame, what, 1);
+        }
+        return 0;
+    }
+    /* Chained.  Our part may run Python code (a source's sample()) that
+     * disables the last tracer, which puts the other tool's function back,
+     * or calls sys.settrace: hold on to what we call it with. */
+    Py_XINCREF(obj);
     if (memlab_enabled_tracers == NULL) {
-        /* Nobody profiles any more: hand the thread back. */
-        if (f == NULL) {
-            set_trace(NULL, NULL);
-            return 0;
-        }
-        Py_tracefunc func = f->func;
-        PyObject *fobj = Py_NewRef(f->obj);
-        restore_foreign();
-        int rc = func(fobj, frame, what, arg);
-        Py_DECREF(fobj);
-        return rc;
+        restore_foreign(obj);           /* nobody profiles any more */
     }
-    if (what == PyTrace_CALL || what == PyTrace_LINE || what == PyTrace_RETURN) {
-        PyObject *code = (PyObject *)PyFrame_GetCode(frame);
-        if (any_registered(code)) {
-            dispatch(frame, code, what);
-        }
-        else if (what == PyTrace_CALL && f == NULL) {
-            /* No line events for frames nobody profiles (unless the other
-             * tool wants them). */
-            memlab_saved_exc saved;
-            memlab_save_exc(&saved);
-            if (PyObject_SetAttr((PyObject *)frame, str_f_trace_lines, Py_False) < 0) {
-                PyErr_Clear();
-            }
-            memlab_restore_exc(&saved);
-        }
-        Py_DECREF(code);
+    else {
+        trace_ours(frame, what, 0);
     }
-    return f != NULL ? f->func(f->obj, frame, what, arg) : 0;
+    int rc = 0;
+    PyThreadState *ts = PyThreadState_Get();
+    /* The other tool still traces this thread, through us or on its own
+     * again: it gets this event. */
+    if (ts->c_traceobj == obj && (ts->c_tracefunc == trace_function
+                                  || ts->c_tracefunc == func)) {
+        rc = func(obj, frame, what, arg);
+    }
+    Py_XDECREF(obj);
+    return rc;
 }
 
 /* Install on the calling thread, chained to another tool's function if one
@@ -205,33 +247,23 @@ install_here(void)
     if (ts->c_tracefunc == trace_function) {
         return 0;
     }
-    forget_foreign();
     if (ts->c_tracefunc == NULL) {
+        forget_foreign();
         set_trace(trace_function, hook_token);
         return 0;
     }
-    ForeignTrace *f = malloc(sizeof(ForeignTrace));
-    if (f == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    f->func = ts->c_tracefunc;
-    f->obj = Py_XNewRef(ts->c_traceobj);
-    if (PyThread_tss_set(&foreign_key, f) != 0) {
-        Py_XDECREF(f->obj);
-        free(f);
-        PyErr_SetString(PyExc_RuntimeError, "cannot store the chained trace function");
-        return -1;
-    }
-    set_trace(trace_function, f->obj);
+    foreign.func = ts->c_tracefunc;
+    foreign.obj = ts->c_traceobj;
+    set_trace(trace_function, ts->c_traceobj);
     return 0;
 }
 
 static void
 uninstall_here(void)
 {
-    if (PyThreadState_Get()->c_tracefunc == trace_function) {
-        restore_foreign();
+    PyThreadState *ts = PyThreadState_Get();
+    if (ts->c_tracefunc == trace_function) {
+        restore_foreign(ts->c_traceobj);
     }
 }
 
@@ -280,14 +312,13 @@ set_thread_starter(int on)
     return r ? 0 : -1;
 }
 
-/* Pending call (main thread): after someone called sys.settrace while we
- * profile, chain to the newcomer, or stand alone again if it left. */
-static int
-recheck(void *unused)
+/* After another tool called sys.settrace on this thread while we profile:
+ * chain to the newcomer, or stand alone again if it left. */
+static void
+recheck_here(void)
 {
-    recheck_pending = 0;
     if (memlab_enabled_tracers == NULL || strcmp(memlab_mechanism, "settrace") != 0) {
-        return 0;
+        return;
     }
     PyThreadState *ts = PyThreadState_Get();
     memlab_saved_exc saved;
@@ -298,7 +329,7 @@ recheck(void *unused)
     }
     if (ts->c_tracefunc == trace_function) {
         memlab_restore_exc(&saved);
-        return 0;
+        return;
     }
     if (ts->c_tracefunc != NULL && !warned_foreign_tracer) {
         warned_foreign_tracer = 1;
@@ -314,7 +345,47 @@ recheck(void *unused)
         PyErr_WriteUnraisable(NULL);
     }
     memlab_restore_exc(&saved);
+}
+
+/* Pending call, run by the main thread only: the fallback when the thread
+ * that called sys.settrace had its profile function slot taken. */
+static int
+recheck(void *unused)
+{
+    recheck_pending = 0;
+    recheck_here();
     return 0;
+}
+
+/* A one-shot profile function: the first event on the thread after another
+ * tool's sys.settrace took the thread from us, on whichever thread that was
+ * (a pending call would run on the main thread). */
+static int
+recheck_at_event(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
+{
+    if (PyThreadState_Get()->c_profilefunc == recheck_at_event) {
+        PyEval_SetProfile(NULL, NULL);
+    }
+    recheck_here();
+    return 0;
+}
+
+/* A trace function is about to be set on this thread (a debugger, say):
+ * the frames on its stack give line events again, as they would have
+ * without us. */
+static void
+restore_trace_lines(void)
+{
+    PyFrameObject *frame = PyEval_GetFrame();
+    Py_XINCREF(frame);
+    while (frame != NULL) {
+        if (PyObject_SetAttr((PyObject *)frame, str_f_trace_lines, Py_True) < 0) {
+            PyErr_Clear();
+        }
+        PyFrameObject *back = PyFrame_GetBack(frame);
+        Py_DECREF(frame);
+        frame = back;
+    }
 }
 
 /* Another tool is about to change a thread's trace function: look again
@@ -322,12 +393,32 @@ recheck(void *unused)
 static int
 audit_hook(const char *event, PyObject *args, void *unused)
 {
-    if (memlab_enabled_tracers == NULL || setting_trace || recheck_pending
-            || strcmp(event, "sys.settrace") != 0
-            || strcmp(memlab_mechanism, "settrace") != 0) {
+    if (setting_trace || (memlab_enabled_tracers == NULL && !cleared_trace_lines)
+            || strcmp(event, "sys.settrace") != 0) {
         return 0;
     }
-    if (Py_AddPendingCall(recheck, NULL) == 0) {
+    if (cleared_trace_lines) {
+        memlab_saved_exc saved;
+        memlab_save_exc(&saved);
+        restore_trace_lines();
+        memlab_restore_exc(&saved);
+    }
+    if (memlab_enabled_tracers == NULL || strcmp(memlab_mechanism, "settrace") != 0) {
+        return 0;
+    }
+    /* The thread is taken from us: look at its next event (a profile
+     * function of ours, while no profiler uses that slot); else at the main
+     * thread's next pending-call check. */
+    PyThreadState *ts = PyThreadState_Get();
+    if (ts->c_tracefunc == trace_function && ts->c_profilefunc == NULL) {
+        memlab_saved_exc saved;
+        memlab_save_exc(&saved);
+        PyEval_SetProfile(recheck_at_event, NULL);
+        PyErr_Clear();                  /* another audit hook refused: no recheck */
+        memlab_restore_exc(&saved);
+    }
+    else if (ts->c_profilefunc != recheck_at_event && !recheck_pending
+             && Py_AddPendingCall(recheck, NULL) == 0) {
         recheck_pending = 1;
     }
     return 0;
@@ -396,10 +487,6 @@ static PyMethodDef thread_starter_def = {
 int
 settrace_init(PyObject *module)
 {
-    if (!PyThread_tss_is_created(&foreign_key) && PyThread_tss_create(&foreign_key) != 0) {
-        PyErr_SetString(PyExc_RuntimeError, "cannot create thread-specific storage");
-        return -1;
-    }
     static int audit_hook_added;     /* audit hooks cannot be removed: add once */
     if (!audit_hook_added) {
         if (PySys_AddAuditHook(audit_hook, NULL) < 0) {

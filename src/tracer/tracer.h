@@ -7,13 +7,25 @@
 #include "sampler.h"
 #include "threadstack.h"
 
+/* Where enable() and disable() stand.  Both run Python code (the source's
+ * prepare() and sample(), threading.settrace), which may call them again, on
+ * this thread or another.  The call under way finishes the transition: the
+ * same call again is a no-op, the opposite one is refused (RuntimeError). */
+typedef enum {
+    TRACER_OFF,
+    TRACER_ENABLING,
+    TRACER_ON,
+    TRACER_DISABLING,
+} tracer_state;
+
 typedef struct TracerObject {
     PyObject_HEAD
     Sampler sampler;
     CodeMap codes;
     ThreadStacks threads;
     int64_t *interval;             /* Owned. scratch: n_columns figures */
-    int enabled;
+    int enabled;                   /* on the enabled list: events are counted */
+    tracer_state state;
     Py_ssize_t sample_errors;      /* readings that failed (reported at stats()) */
     Py_ssize_t memory_errors;      /* commits lost to a failed allocation */
     int tool_id;                   /* sys.monitoring tool id, -1 when none */

@@ -101,10 +101,25 @@ Tracer_enable(TracerObject *self, PyObject *unused)
     if (!tracer_ready(self)) {
         return NULL;
     }
-    if (self->enabled) {
+    switch (self->state) {
+    case TRACER_ON:
+    case TRACER_ENABLING:
+        /* Re-entered from prepare(), or from another thread while prepare()
+         * lets it run: the call under way finishes enabling.  Linking the
+         * tracer twice would make the enabled list a cycle. */
         Py_RETURN_NONE;
+    case TRACER_DISABLING:
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Tracer.enable() while the tracer is being disabled (from its memory "
+                        "source's sample(), or on another thread); enable it after disable() "
+                        "has returned");
+        return NULL;
+    case TRACER_OFF:
+        break;
     }
+    self->state = TRACER_ENABLING;
     if (sampler_start(&self->sampler) < 0) {
+        self->state = TRACER_OFF;
         return NULL;
     }
     self->next_enabled = memlab_enabled_tracers;
@@ -114,8 +129,10 @@ Tracer_enable(TracerObject *self, PyObject *unused)
         self->enabled = 0;
         enabled_list_remove(self);
         sampler_stop(&self->sampler);
+        self->state = TRACER_OFF;
         return NULL;
     }
+    self->state = TRACER_ON;
     Py_RETURN_NONE;
 }
 
@@ -123,14 +140,33 @@ Tracer_enable(TracerObject *self, PyObject *unused)
 static int
 tracer_disable(TracerObject *self)
 {
-    if (!self->enabled) {
+    switch (self->state) {
+    case TRACER_OFF:
+    case TRACER_DISABLING:
+        /* Re-entered from the last sample(), or from another thread: the
+         * call under way finishes disabling. */
         return 0;
+    case TRACER_ENABLING:
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Tracer.disable() while the tracer is being enabled (from its memory "
+                        "source's prepare(), or on another thread); disable it after enable() "
+                        "has returned");
+        return -1;
+    case TRACER_ON:
+        break;
     }
-    tracer_close_all_frames(self);
+    self->state = TRACER_DISABLING;
+    /* Off the list before the last reading runs Python code: no event may
+     * reach this tracer any more.  A dying tracer (dealloc) must not be
+     * found there: an event's reference would take it from 0 to 1 and back,
+     * freeing it a second time. */
     self->enabled = 0;
     enabled_list_remove(self);
+    tracer_close_all_frames(self);
     sampler_stop(&self->sampler);
-    return hook_disable(self);
+    int rc = hook_disable(self);
+    self->state = TRACER_OFF;
+    return rc;
 }
 
 static PyObject *
@@ -274,7 +310,7 @@ Tracer_dealloc(TracerObject *self)
 {
     PyTypeObject *type = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
-    if (self->enabled) {
+    if (self->state == TRACER_ON) {
         memlab_saved_exc saved;
         memlab_save_exc(&saved);
         if (tracer_disable(self) < 0) {
