@@ -150,7 +150,7 @@ def test_prepare_that_enables_same_tracer(then):
             t.disable()
         else:
             _tracer._shutdown()
-        counts = sorted(rec[0] for rec in t.stats()[simple.__code__].values())
+        counts = sorted(rec[0] for rec in dict(t.stats())[simple.__code__].values())
         print("ok", inner, t.enabled, counts)
     ''' % then)
     counts = [1, 1] if then == "event" else []
@@ -180,7 +180,7 @@ def test_enable_from_two_threads_at_once():
         _tracer.install_thread_hook()
         simple()
         t.disable()
-        stats = t.stats()[simple.__code__]
+        stats = dict(t.stats())[simple.__code__]
         print("ok", t.enabled, sorted(rec[0] for rec in stats.values()))
     ''')
     assert out == "ok False [1, 1]\n"
@@ -358,5 +358,5 @@ def test_settrace_on_worker_thread_keeps_profiling_there():
         th.join()
     finally:
         t.disable()
-    assert t.stats()[worked.__code__][first + 1][0] == 3
+    assert dict(t.stats())[worked.__code__][first + 1][0] == 3
     assert "call" in seen and "line" in seen
