@@ -187,3 +187,29 @@ def test_info_command_prints_paths():
                          capture_output=True, text=True, check=True).stdout
     assert "cpu: source shim, path push" in out
     assert f"torch {torch.__version__}" in out
+
+
+def hold_at_barrier(barrier):
+    x = torch.empty(262144)  # 1 MiB, held while every thread is here
+    barrier.wait(60)  # all in profiled code at once
+    return x.numel()  # done
+
+
+def test_more_threads_than_registers_lose_no_reading():
+    # The CPU source has 64 peak registers; the threads beyond them are polled
+    # (source.h's contract) instead of recording only failed readings.
+    n = 66
+    barrier = threading.Barrier(n)
+    prof = LineProfiler(hold_at_barrier, device="cpu", columns=COLUMNS)
+    with prof:
+        threads = [threading.Thread(target=hold_at_barrier, args=(barrier,)) for _ in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert all(tracer.sample_errors == 0 for tracer in prof._tracers.tracers)
+    line = line_figures(prof, hold_at_barrier, "# all in profiled code at once")
+    assert line["count"] == n
+    # every thread held its 1 MiB while all were at the barrier
+    assert line[PEAK] >= n * MiB
+    assert line_figures(prof, hold_at_barrier, "# 1 MiB")["count"] == n
