@@ -289,6 +289,33 @@ def test_module_executed_again_keeps_live_state():
     assert proc.stdout == "unasked LINE events: []\ncounts: [[2, 2], [1, 1]]\n"
 
 
+@pytest.mark.skipif(MONITORING, reason="the settrace hook's state (monitoring: above)")
+def test_module_executed_again_keeps_the_settrace_hook():
+    # a second exec made a new thread-starter token: the old tracer's disable()
+    # no longer recognised the one in threading._trace_hook and left it set
+    proc = run_fresh('''
+        import importlib, os, sys, threading
+        from pytorch_memlab import _tracer
+
+        def work():
+            x = 1
+            return x
+
+        t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+        t.add_code(work.__code__)
+        t.enable()
+        work()
+        os.environ.pop("PYTORCH_MEMLAB_TRACER", None)   # the choice is made once
+        del sys.modules["pytorch_memlab._tracer"]
+        again = importlib.import_module("pytorch_memlab._tracer")
+        assert again is not _tracer and again.MECHANISM == "settrace", again.MECHANISM
+        t.disable()
+        print(sys.gettrace(), threading._trace_hook)
+    ''')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == "None None\n"
+
+
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="Py_mod_multiple_interpreters is 3.12+")
 def test_subinterpreters_are_refused():
     # the tracer's state is process-wide; a sub-interpreter that checks its

@@ -5,7 +5,8 @@
 #include <string.h>
 
 TracerObject *memlab_enabled_tracers = NULL;
-const char *memlab_mechanism = "settrace";
+memlab_mechanism_kind memlab_mechanism = MECH_SETTRACE;
+static int mechanism_chosen;
 
 int settrace_init(PyObject *module);
 int settrace_enable(TracerObject *t);
@@ -21,12 +22,13 @@ int monitoring_add_code(TracerObject *t, PyObject *code);
 static int
 use_monitoring(void)
 {
-    return strcmp(memlab_mechanism, "monitoring") == 0;
+    return memlab_mechanism == MECH_MONITORING;
 }
 #endif
 
-int
-hooks_init(PyObject *module)
+/* PYTORCH_MEMLAB_TRACER, read once: 0, or -1 with ImportError set. */
+static int
+choose_mechanism(void)
 {
     const char *forced = getenv("PYTORCH_MEMLAB_TRACER");
     if (forced != NULL && forced[0] != '\0' && strcmp(forced, "settrace") != 0
@@ -36,12 +38,8 @@ hooks_init(PyObject *module)
         return -1;
     }
 #if MEMLAB_HAVE_MONITORING
-    if (forced == NULL || strcmp(forced, "settrace") != 0) {
-        memlab_mechanism = "monitoring";
-    }
-    if (monitoring_init(module) < 0) {
-        return -1;
-    }
+    memlab_mechanism = forced != NULL && strcmp(forced, "settrace") == 0
+                       ? MECH_SETTRACE : MECH_MONITORING;
 #else
     if (forced != NULL && strcmp(forced, "monitoring") == 0) {
         PyErr_SetString(PyExc_ImportError, "PYTORCH_MEMLAB_TRACER=monitoring needs "
@@ -49,10 +47,27 @@ hooks_init(PyObject *module)
         return -1;
     }
 #endif
+    mechanism_chosen = 1;
+    return 0;
+}
+
+int
+hooks_init(PyObject *module)
+{
+    if (!mechanism_chosen && choose_mechanism() < 0) {
+        return -1;
+    }
+#if MEMLAB_HAVE_MONITORING
+    if (monitoring_init(module) < 0) {
+        return -1;
+    }
+#endif
     if (settrace_init(module) < 0) {
         return -1;
     }
-    return PyModule_AddStringConstant(module, "MECHANISM", memlab_mechanism);
+    return PyModule_AddStringConstant(module, "MECHANISM",
+                                      memlab_mechanism == MECH_MONITORING
+                                      ? "monitoring" : "settrace");
 }
 
 int

@@ -25,8 +25,8 @@
  * thread; sys.gettrace() then returns it.  It is the thread-starter callable,
  * so code that saves and restores the trace function
  * (sys.settrace(sys.gettrace())) reinstalls us harmlessly. */
-static PyObject *hook_token;          /* Owned by the module. */
-static PyObject *str_f_trace_lines;   /* Owned. interned, set once per call */
+static PyObject *hook_token;          /* Owned. made once per process */
+static PyObject *str_f_trace_lines;   /* Owned. interned, made once per process */
 static PyObject *prior_thread_hook;   /* Owned. threading's hook before ours, or NULL */
 static int warned_foreign_tracer;
 static int setting_trace;             /* we are calling PyEval_SetTrace */
@@ -317,7 +317,7 @@ set_thread_starter(int on)
 static void
 recheck_here(void)
 {
-    if (memlab_enabled_tracers == NULL || strcmp(memlab_mechanism, "settrace") != 0) {
+    if (memlab_enabled_tracers == NULL || memlab_mechanism != MECH_SETTRACE) {
         return;
     }
     PyThreadState *ts = PyThreadState_Get();
@@ -403,7 +403,7 @@ audit_hook(const char *event, PyObject *args, void *unused)
         restore_trace_lines();
         memlab_restore_exc(&saved);
     }
-    if (memlab_enabled_tracers == NULL || strcmp(memlab_mechanism, "settrace") != 0) {
+    if (memlab_enabled_tracers == NULL || memlab_mechanism != MECH_SETTRACE) {
         return 0;
     }
     /* The thread is taken from us: look at its next event (a profile
@@ -446,7 +446,7 @@ settrace_disable(TracerObject *t)
 PyObject *
 memlab_install_thread_hook(PyObject *module, PyObject *unused)
 {
-    if (strcmp(memlab_mechanism, "settrace") != 0 || memlab_enabled_tracers == NULL) {
+    if (memlab_mechanism != MECH_SETTRACE || memlab_enabled_tracers == NULL) {
         Py_RETURN_FALSE;
     }
     if (install_here() < 0) {
@@ -505,13 +505,21 @@ settrace_init(PyObject *module)
         return -1;
     }
 #endif
-    str_f_trace_lines = PyUnicode_InternFromString("f_trace_lines");
+    /* Made once per process: a second execution of the module (after `del
+     * sys.modules[...]`) must find the token that threads and
+     * threading._trace_hook already hold, or disable() would not recognise
+     * them. */
     if (str_f_trace_lines == NULL) {
-        return -1;
+        str_f_trace_lines = PyUnicode_InternFromString("f_trace_lines");
+        if (str_f_trace_lines == NULL) {
+            return -1;
+        }
     }
-    hook_token = PyCFunction_NewEx(&thread_starter_def, NULL, NULL);
     if (hook_token == NULL) {
-        return -1;
+        hook_token = PyCFunction_NewEx(&thread_starter_def, NULL, NULL);
+        if (hook_token == NULL) {
+            return -1;
+        }
     }
     return PyModule_AddObjectRef(module, "_thread_starter", hook_token);
 }

@@ -55,7 +55,11 @@ extern TracerObject *memlab_enabled_tracers;
 int hook_enable(TracerObject *t);
 int hook_disable(TracerObject *t);
 int hook_add_code(TracerObject *t, PyObject *code);
-extern const char *memlab_mechanism;   /* "monitoring" or "settrace" */
+/* Which hook delivers events: chosen once per process, at the module's first
+ * execution (a second execution, after `del sys.modules[...]`, keeps it, so
+ * tracers already enabled are disabled through the hook that enabled them). */
+typedef enum { MECH_SETTRACE, MECH_MONITORING } memlab_mechanism_kind;
+extern memlab_mechanism_kind memlab_mechanism;
 
 /* Chooses the mechanism; called once at module exec. */
 int hooks_init(PyObject *module);
