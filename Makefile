@@ -92,9 +92,9 @@ build:
 # The compiled modules first, so a broken build fails in one clear line.
 smoke: build
 	for py in $(PYTHON) $(TORCH_PYTHONS); do \
-	    $$py -c 'import pytorch_memlab._tracer, pytorch_memlab._torchshim, pytorch_memlab; print("import ok")'; \
+	    $$py -c 'import pytorch_memlab._tracer, pytorch_memlab._torchshim, pytorch_memlab._testsource, pytorch_memlab; print("import ok")'; \
 	done
-	for py in $(TRACER_PYTHONS); do $$py -c 'import sys; sys.path.insert(0, "."); import pytorch_memlab._tracer'; done
+	for py in $(TRACER_PYTHONS); do $$py -c 'import sys; sys.path.insert(0, "."); import pytorch_memlab._tracer, pytorch_memlab._testsource'; done
 
 # The package's types ([tool.mypy] in pyproject.toml), on $(PYTHON) only: the
 # C extensions are typed by their .pyi stubs, so nothing needs building.
@@ -134,7 +134,7 @@ asan: clean-asan
 	tar --exclude='*.so' --exclude=__pycache__ -cf - pytorch_memlab | tar -xf - -C $(ASAN_DIR)
 	for py in $(ALL_PYTHONS); do \
 	    tag=$$($$py -c 'import sys; print(sys.implementation.cache_tag)'); \
-	    MEMLAB_ASAN=1 MEMLAB_NO_TORCHSHIM=1 $$py setup.py -q build_ext --force \
+	    MEMLAB_ASAN=1 MEMLAB_NO_TORCHSHIM=1 MEMLAB_TEST_SOURCE=1 $$py setup.py -q build_ext --force \
 	        -b $(ASAN_DIR) -t $(ASAN_DIR)/tmp-$$tag; \
 	done
 	cd $(ASAN_DIR) && for py in $(ALL_PYTHONS_ABS); do \
@@ -144,7 +144,7 @@ asan: clean-asan
 	        export LD_PRELOAD=$(LIBASAN) ASAN_OPTIONS=detect_leaks=0 PYTHONMALLOC=malloc \
 	            PYTHONPATH=. PYTORCH_MEMLAB_TRACER=$$mech \
 	            MEMLAB_PROPERTY_EXAMPLES=$(ASAN_EXAMPLES); \
-	        $$py -c 'import os, pytorch_memlab._tracer as t; assert t.__file__.startswith(os.getcwd()), t.__file__'; \
+	        $$py -c 'import os, pytorch_memlab._tracer as t, pytorch_memlab._testsource as s; assert t.__file__.startswith(os.getcwd()) and s.__file__.startswith(os.getcwd()), (t.__file__, s.__file__)'; \
 	        $$py -m pytest $(PYTEST_FLAGS) $(addprefix $(CURDIR)/,$(TRACER_TESTS)) \
 	            2>&1 | tee $$log; \
 	        unset LD_PRELOAD; \

@@ -44,6 +44,19 @@ def sanitizer_link_flags():
     return (["-fsanitize=address"] if ASAN else []) + (["-fsanitize=undefined"] if UBSAN else [])
 
 
+def testsource_extension():
+    return Extension(
+        TEST_SOURCE,
+        sources=["src/testsource/testsource.c"],
+        include_dirs=["include", "src/tracer"],
+        extra_compile_args=c_flags(),
+        extra_link_args=sanitizer_link_flags(),
+    )
+
+
+TEST_SOURCE = "pytorch_memlab._testsource"
+
+
 def tracer_extension():
     return Extension(
         "pytorch_memlab._tracer",
@@ -81,6 +94,10 @@ class build_ext_with_shim_check(build_ext):
     def run(self):
         if SHIM_WANTED and SHIM_MISSING:
             raise SystemExit(NO_SHIM_MESSAGE)
+        # The test source only where the tests run: in place, or when asked.
+        if not (self.inplace or getattr(self, "editable_mode", False)
+                or os.environ.get("MEMLAB_TEST_SOURCE") == "1"):
+            self.extensions = [e for e in self.extensions if e.name != TEST_SOURCE]
         super().run()
 
 
@@ -164,7 +181,7 @@ def torchshim_extension():
     )
 
 
-extensions = [tracer_extension()]
+extensions = [tracer_extension(), testsource_extension()]
 SHIM_WANTED = os.environ.get("MEMLAB_NO_TORCHSHIM") != "1"
 SHIM_MISSING = False
 if SHIM_WANTED:

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 
-from pytorch_memlab import _tracer
+from pytorch_memlab import _testsource, _tracer
 
 COLUMNS = ("bytes.peak", "bytes.allocated", "bytes.freed", "bytes.current")
 GROWTH = "bytes.current"
@@ -86,7 +86,7 @@ def profiled_caller(n):
 
 
 def new_tracer(*functions):
-    tracer = _tracer.Tracer(_tracer.manual_source, 0, COLUMNS, GROWTH)
+    tracer = _tracer.Tracer(_testsource.manual_source, 0, COLUMNS, GROWTH)
     for f in functions:
         tracer.add_code(f.__code__)
     return tracer

@@ -53,17 +53,6 @@ def _thread_starter(*args: Any) -> Any:
     that was there before (returning what it returns, else None), then hooks
     the new thread."""
 
-# The manual source (src/tracer/testsource.c), for the tracer's tests and
-# benchmark: fields bytes.current / .peak / .allocated / .freed, device 0 only.
-manual_source: object
-"""PyCapsule "pytorch_memlab.memlab_source"."""
-
-def manual_alloc(n: int, /) -> None:
-    """n > 0 allocates n bytes, n < 0 frees -n."""
-
-def manual_reset() -> None:
-    """All readings to 0."""
-
 class Tracer:
     # read-only attributes (getters without setters)
     @property

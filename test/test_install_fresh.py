@@ -64,6 +64,7 @@ def test_quick_start_as_printed(fresh):
     # the demo ran from the checkout's folder, on the extensions built there
     assert glob.glob(str(clone / "pytorch_memlab" / "_tracer*.so"))
     assert glob.glob(str(clone / "pytorch_memlab" / "_torchshim*.so"))
+    assert glob.glob(str(clone / "pytorch_memlab" / "_testsource*.so"))  # a checkout: tests run
 
 
 def test_sdist_round_trip(fresh, tmp_path):
@@ -88,6 +89,8 @@ def test_sdist_round_trip(fresh, tmp_path):
     assert check.returncode == 0, check.stderr
     ok, where = check.stdout.split()
     assert ok == "True" and "site-packages" in where
+    # the tracer's test source is for checkouts only: no wheel ships it
+    assert not glob.glob(os.path.join(os.path.dirname(where), "_testsource*"))
 
 
 def test_isolated_build_stops_and_tracer_only_build_says_how(fresh, tmp_path):

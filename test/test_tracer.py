@@ -13,9 +13,9 @@ import warnings
 import pytest
 from helpers import line_of  # noqa: E402
 
-from pytorch_memlab import _tracer
+from pytorch_memlab import _testsource, _tracer
 
-alloc = _tracer.manual_alloc
+alloc = _testsource.manual_alloc
 COLUMNS = ["bytes.peak", "bytes.allocated", "bytes.freed", "bytes.current"]
 MONITORING = _tracer.MECHANISM == "monitoring"
 
@@ -25,8 +25,8 @@ def make_tracer():
     made = []
 
     def make(*funcs, columns=COLUMNS):
-        _tracer.manual_reset()
-        t = _tracer.Tracer(_tracer.manual_source, 0, columns, "bytes.current")
+        _testsource.manual_reset()
+        t = _tracer.Tracer(_testsource.manual_source, 0, columns, "bytes.current")
         for f in funcs:
             t.add_code(f.__code__)
         made.append(t)
@@ -84,29 +84,29 @@ def test_unregistered_code_is_not_recorded(make_tracer):
 
 def test_unknown_column_lists_valid_ones():
     with pytest.raises(ValueError, match=r"unknown column 'nope'.*bytes\.peak"):
-        _tracer.Tracer(_tracer.manual_source, 0, ["nope"])
+        _tracer.Tracer(_testsource.manual_source, 0, ["nope"])
 
 
 def test_bad_arguments():
     with pytest.raises(TypeError, match="sequence of str"):
-        _tracer.Tracer(_tracer.manual_source, 0, "bytes.peak")
-    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+        _tracer.Tracer(_testsource.manual_source, 0, "bytes.peak")
+    t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
     with pytest.raises(TypeError, match="__code__"):
         t.add_code(simple)
     with pytest.raises(TypeError, match="memory source"):
         _tracer.Tracer(object(), 0, ["x"])
     with pytest.raises(RuntimeError, match="only device 0"):
-        _tracer.Tracer(_tracer.manual_source, 3, ["bytes.peak"]).enable()
+        _tracer.Tracer(_testsource.manual_source, 3, ["bytes.peak"]).enable()
 
 
 def test_source_info():
-    name, fields = _tracer.source_info(_tracer.manual_source)
+    name, fields = _tracer.source_info(_testsource.manual_source)
     assert name == "manual"
     assert fields == ("bytes.current", "bytes.peak", "bytes.allocated", "bytes.freed")
 
 
 def test_field_table_is_what_the_source_declares():
-    assert _tracer.field_table(_tracer.manual_source) == (
+    assert _tracer.field_table(_testsource.manual_source) == (
         ("bytes.current", "level", "bytes"), ("bytes.peak", "peak", "bytes"),
         ("bytes.allocated", "counter", "bytes"), ("bytes.freed", "counter", "bytes"))
 
@@ -551,7 +551,7 @@ def test_no_hook_left_after_disable(make_tracer):
 @pytest.mark.skipif(not MONITORING, reason="sys.monitoring mechanism only")
 def test_tool_id_never_reserved():
     # 0, 1, 2, 5 belong to debuggers, coverage, profilers, optimizers
-    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
     t.enable()
     try:
         assert t.tool_id == 3
@@ -564,7 +564,7 @@ def test_tool_id_never_reserved():
 def test_tool_id_taken_moves_to_next():
     sys.monitoring.use_tool_id(3, "someone else")
     try:
-        t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+        t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
         t.enable()
         assert t.tool_id == 4
         t.disable()
@@ -577,7 +577,7 @@ def test_no_free_tool_id_says_who_holds_them():
     sys.monitoring.use_tool_id(3, "tool three")
     sys.monitoring.use_tool_id(4, "tool four")
     try:
-        t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+        t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
         with pytest.raises(RuntimeError, match=r"3 \('tool three'\), 4 \('tool four'\)"):
             t.enable()
         assert not t.enabled
@@ -612,7 +612,7 @@ def test_other_trace_function_is_kept(make_tracer):
 
 
 def test_tracer_dropped_while_enabled_is_cleaned_up():
-    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
     t.add_code(simple.__code__)
     t.enable()
     _tracer._shutdown()
@@ -633,10 +633,10 @@ def test_interpreter_exit_leaves_nothing(tmp_path):
                     assert sys.monitoring.get_tool(i) is None, f"tool id {i} left"
             print("clean")
         atexit.register(check)
-        from pytorch_memlab import _tracer
+        from pytorch_memlab import _testsource, _tracer
         def f():
-            _tracer.manual_alloc(1)
-        t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+            _testsource.manual_alloc(1)
+        t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
         t.add_code(f.__code__)
         t.enable()
         f()

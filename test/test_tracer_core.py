@@ -11,7 +11,7 @@ import threading
 import pytest
 from helpers import ContinueDebugger, threads_at_reused_addresses
 
-from pytorch_memlab import _tracer
+from pytorch_memlab import _testsource, _tracer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MONITORING = _tracer.MECHANISM == "monitoring"
@@ -55,7 +55,7 @@ def test_source_dropping_next_tracer_is_safe():
     # a sample() that drops the last reference of the next enabled tracer
     proc = run_debug_malloc('''
         import gc
-        from pytorch_memlab import _tracer
+        from pytorch_memlab import _testsource, _tracer
 
         def simple():
             x = 1
@@ -75,7 +75,7 @@ def test_source_dropping_next_tracer_is_safe():
                     holder.clear()    # the other tracer dies here
                 return (0,)
 
-        other = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+        other = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
         other.add_code(simple.__code__)
         other.enable()
         holder["t"] = other
@@ -106,7 +106,7 @@ def test_failed_reinit_keeps_no_reference():
 
 
 def test_device_index_is_not_truncated():
-    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
     with pytest.raises(ValueError, match="device index"):
         t.set_device(2 ** 32)          # used to become device 0
     assert t.device == 0
@@ -119,7 +119,7 @@ def test_disable_when_sys_gettrace_fails(monkeypatch):
     # "returned a result with an exception set"), and threading's hook was
     # left behind.  The hook is now found in the thread state.
     prior_trace, prior_thread_hook = sys.gettrace(), threading._trace_hook
-    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
     t.add_code(simple.__code__)
     t.enable()
     simple()
@@ -174,8 +174,8 @@ def test_guard_is_per_thread():
 # ---- thread identity ------------------------------------------------------------
 
 def visited(n, debug):
-    _tracer.manual_alloc(n)  # alloc
-    _tracer.manual_alloc(-n)  # free
+    _testsource.manual_alloc(n)  # alloc
+    _testsource.manual_alloc(-n)  # free
     if debug:
         ContinueDebugger().set_trace()  # debugger
     return n  # done
@@ -190,8 +190,8 @@ def test_thread_state_address_reuse_gets_fresh_stack():
     # folded into the debugger's line too.  (sys.monitoring sees the return
     # whatever bdb does: there the figures must simply be the same.)
     first = visited.__code__.co_firstlineno
-    _tracer.manual_reset()
-    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.allocated", "bytes.peak"])
+    _testsource.manual_reset()
+    t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.allocated", "bytes.peak"])
     t.add_code(visited.__code__)
     t.enable()
     try:

@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from pytorch_memlab import _tracer
+from pytorch_memlab import _testsource, _tracer
 
 # where the pytorch_memlab under test lives (make asan runs its own build)
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(_tracer.__file__)))
@@ -75,7 +75,7 @@ def test_teardown_from_inside_a_callback():
     # y with its own `action` read from freed memory: y got a garbage event
     # (a line record lost) or none (its `b = 2` line uncounted).
     proc = run_fresh('''
-        from pytorch_memlab import _tracer
+        from pytorch_memlab import _testsource, _tracer
 
         def work():
             global armed
@@ -139,7 +139,7 @@ def test_stats_keeps_look_alike_codes_apart():
     # stats() was a dict keyed by code: one entry for both (on 3.11, a's key
     # with b's figures).  It is now a list of (code, lines) in registration order.
     a, b = look_alikes()
-    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
     t.add_code(a.__code__)
     t.add_code(b.__code__)
     t.enable()
@@ -159,8 +159,8 @@ def test_look_alike_codes_of_two_tracers_both_get_events():
     # monitoring: the set of instrumented codes found b "already there" (it
     # holds a), so b never got local events and its tracer saw nothing
     a, b = look_alikes()
-    ta = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
-    tb = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    ta = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
+    tb = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
     ta.add_code(a.__code__)
     tb.add_code(b.__code__)
     ta.enable()
@@ -182,7 +182,7 @@ def test_disabling_a_look_alike_leaves_no_events_behind():
     # not clear them and the next owner of the tool id got a's LINE events.
     proc = run_fresh('''
         import sys
-        from pytorch_memlab import _tracer
+        from pytorch_memlab import _testsource, _tracer
         src = "def work(n):\\n    total = 0\\n    for i in range(n):\\n        total += i\\n"
         funcs = []
         for filename in ("a.py", "b.py"):
@@ -190,8 +190,8 @@ def test_disabling_a_look_alike_leaves_no_events_behind():
             exec(compile(src, filename, "exec"), namespace)
             funcs.append(namespace["work"])
         a, b = funcs
-        ta = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
-        tb = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+        ta = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
+        tb = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
         ta.add_code(a.__code__)
         tb.add_code(b.__code__)
         ta.enable()
@@ -222,8 +222,8 @@ def test_code_with_unhashable_constants_is_traced():
     weird = a.__code__.replace(co_consts=a.__code__.co_consts + ([],))
     with pytest.raises(TypeError):
         hash(weird)
-    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
-    other = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
+    other = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
     other.add_code(a.__code__)
     t.enable()
     other.enable()
@@ -247,13 +247,13 @@ def test_module_executed_again_keeps_live_state():
     proc = run_fresh('''
         import importlib
         import sys
-        from pytorch_memlab import _tracer
+        from pytorch_memlab import _testsource, _tracer
 
         def work():
             x = 1
             return x
 
-        t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+        t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
         t.add_code(work.__code__)
         t.enable()
         work()
@@ -273,7 +273,7 @@ def test_module_executed_again_keeps_live_state():
         mon.set_local_events(tool, work.__code__, 0)
         mon.free_tool_id(tool)
         # a tracer of the new module shares the tool id with the old one's
-        u = again.Tracer(again.manual_source, 0, ["bytes.peak"])
+        u = again.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
         u.add_code(work.__code__)
         t.enable()
         u.enable()
@@ -295,13 +295,13 @@ def test_module_executed_again_keeps_the_settrace_hook():
     # no longer recognised the one in threading._trace_hook and left it set
     proc = run_fresh('''
         import importlib, os, sys, threading
-        from pytorch_memlab import _tracer
+        from pytorch_memlab import _testsource, _tracer
 
         def work():
             x = 1
             return x
 
-        t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+        t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
         t.add_code(work.__code__)
         t.enable()
         work()

@@ -35,7 +35,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from pytorch_memlab import _tracer
+from pytorch_memlab import _testsource, _tracer
 
 COLUMNS = ("bytes.peak", "bytes.allocated", "bytes.freed", "bytes.current")
 GROWTH = "bytes.current"
@@ -509,11 +509,11 @@ def runner(namespace, kinds, manual_alloc):
 def c_stats(code_sets, columns, run, runs):
     tracers = []
     for codes in code_sets:
-        tracer = _tracer.Tracer(_tracer.manual_source, 0, columns, GROWTH)
+        tracer = _tracer.Tracer(_testsource.manual_source, 0, columns, GROWTH)
         for code in codes:
             tracer.add_code(code)
         tracers.append(tracer)
-    _tracer.manual_reset()
+    _testsource.manual_reset()
     outcomes = []
     for _ in range(runs):
         try:
@@ -559,7 +559,7 @@ def check(program, columns, workdir):
                  for registered in registrations]
 
     got, c_outcomes = c_stats(code_sets, columns,
-                              runner(namespace, kinds, _tracer.manual_alloc), runs)
+                              runner(namespace, kinds, _testsource.manual_alloc), runs)
     want, ref_outcomes = reference_stats(
         code_sets, columns, lambda alloc: runner(namespace, kinds, alloc), runs)
     assert c_outcomes == ref_outcomes

@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from pytorch_memlab import _tracer
+from pytorch_memlab import _testsource, _tracer
 
 # The children import the extension this process uses (the ASan build under
 # `make asan`, not the checkout's).
@@ -28,7 +28,7 @@ settrace_only = pytest.mark.skipif(
 # prepare() run what the test puts in `on_sample` / `on_prepare`.
 PRELUDE = '''
 import sys, threading
-from pytorch_memlab import _tracer
+from pytorch_memlab import _testsource, _tracer
 
 def simple():
     x = 1
@@ -251,7 +251,7 @@ def test_chained_trace_function_is_not_leaked_per_thread():
         sys.settrace(tool)
         return tool(frame, event, arg)
 
-    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
     prior = threading._trace_hook
     threading.settrace(thread_hook)
     t.enable()
@@ -312,7 +312,7 @@ def test_debugger_in_unprofiled_frame_gets_line_events():
     # events there: bdb stepped through nothing.
     alone = stepped_lines()
     assert alone == [2, 3, 4]
-    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
     t.add_code(test_event_while_dying_tracer_disables.__code__)   # something else
     t.enable()
     try:
@@ -349,7 +349,7 @@ def test_settrace_on_worker_thread_keeps_profiling_there():
         sys.settrace(None)
         worked()                       # still counted, we stand alone again
 
-    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak"])
+    t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
     t.add_code(worked.__code__)
     t.enable()
     try:

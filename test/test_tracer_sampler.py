@@ -14,7 +14,7 @@ import threading
 import pytest
 from helpers import line_of
 
-from pytorch_memlab import _tracer
+from pytorch_memlab import _testsource, _tracer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # the package this run imports (the ASan build's tree under `make asan`)
@@ -79,7 +79,7 @@ def test_columns_keep_the_field_names_read_at_init():
 def test_columns_after_fields_shrank():
     proc = run_fresh('''
         from test_tracer_sampler import ShiftingSource
-        from pytorch_memlab import _tracer
+        from pytorch_memlab import _testsource, _tracer
         src = ShiftingSource(["a.current", "b.current", "c.current"])
         t = _tracer.Tracer(src, 0, ["c.current"], "c.current")
         src.names = ("x.current",)
@@ -98,7 +98,7 @@ def test_peers_with_other_fields_share_no_peaks():
         import sys
         sys.unraisablehook = lambda u: None    # the first tracer's readings fail
         from test_tracer_sampler import ShiftingSource
-        from pytorch_memlab import _tracer
+        from pytorch_memlab import _testsource, _tracer
 
         def work():
             x = 1
@@ -400,15 +400,15 @@ def test_push_source_without_a_free_register_is_polled():
 # ---- item 11: a level column is the level at the line's end ---------------------
 
 def callee(n):
-    _tracer.manual_alloc(n)  # callee alloc
-    _tracer.manual_alloc(-n)  # callee free
+    _testsource.manual_alloc(n)  # callee alloc
+    _testsource.manual_alloc(-n)  # callee free
     return n  # callee done
 
 
 def caller():
     callee(1000)  # call
-    _tracer.manual_alloc(300)  # after
-    _tracer.manual_alloc(-300)  # undo
+    _testsource.manual_alloc(300)  # after
+    _testsource.manual_alloc(-300)  # undo
     return 0  # done
 
 
@@ -448,8 +448,8 @@ def test_caller_line_level_is_the_level_at_its_end_manual_source():
     # A caller's line folded the highest level seen during its callees into
     # its `.current` column (1000), not the level at the line's end (0), as
     # _tracer.pyi and the record schema say.
-    _tracer.manual_reset()
-    t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.current", "bytes.peak"],
+    _testsource.manual_reset()
+    t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.current", "bytes.peak"],
                        "bytes.current")
     t.add_code(caller.__code__)
     t.add_code(callee.__code__)

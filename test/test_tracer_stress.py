@@ -20,7 +20,7 @@ SECONDS = float(os.environ.get("MEMLAB_STRESS_SECONDS", "3"))
 
 SCRIPT = textwrap.dedent('''
     import random, sys, threading, time
-    from pytorch_memlab import _tracer
+    from pytorch_memlab import _testsource, _tracer
 
     SEED, SECONDS = int(sys.argv[1]), float(sys.argv[2])
     rng = random.Random(SEED)
@@ -104,7 +104,7 @@ SCRIPT = textwrap.dedent('''
 
     def make_tracer(kind):
         if kind == 0:
-            t = _tracer.Tracer(_tracer.manual_source, 0, ["bytes.peak", "bytes.allocated"],
+            t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak", "bytes.allocated"],
                                "bytes.current")
         elif kind == 1:
             t = _tracer.Tracer(Polled(rng.random()), 0, ["n.peak", "n.allocated", "n.current"],

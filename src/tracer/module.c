@@ -1,8 +1,6 @@
 /* pytorch_memlab._tracer: module init only. */
 #include "tracer.h"
 
-int testsource_init(PyObject *module);
-
 static PyObject *
 source_info(PyObject *module, PyObject *source)
 {
@@ -70,8 +68,7 @@ register_atexit(PyObject *module)
 static int
 tracer_exec(PyObject *module)
 {
-    if (tracer_type_init(module) < 0 || hooks_init(module) < 0
-            || testsource_init(module) < 0) {
+    if (tracer_type_init(module) < 0 || hooks_init(module) < 0) {
         return -1;
     }
     return register_atexit(module);

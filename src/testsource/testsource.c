@@ -1,5 +1,7 @@
-/* A memory source in C whose readings Python sets: the tracer's own tests
- * and benchmark use it (the real sources live in the torch shim). */
+/* pytorch_memlab._testsource: a memory source in C whose readings Python
+ * sets, for the tracer's own tests and benchmark (the real sources live in the
+ * torch shim).  A separate extension, built for checkouts (in place or
+ * editable) and MEMLAB_TEST_SOURCE=1 only: the wheel does not ship it. */
 #include "compat.h"
 #include "memlab/source.h"
 
@@ -80,13 +82,34 @@ static PyMethodDef manual_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int
-testsource_init(PyObject *module)
+static int
+testsource_exec(PyObject *module)
 {
     PyObject *capsule = PyCapsule_New((void *)&manual_source, MEMLAB_SOURCE_CAPSULE, NULL);
-    if (capsule == NULL || PyModule_AddObject(module, "manual_source", capsule) < 0) {
-        Py_XDECREF(capsule);
+    if (capsule == NULL) {
         return -1;
     }
-    return PyModule_AddFunctions(module, manual_methods);
+    int rc = PyModule_AddObjectRef(module, "manual_source", capsule);
+    Py_DECREF(capsule);
+    return rc;
+}
+
+static PyModuleDef_Slot testsource_slots[] = {
+    {Py_mod_exec, testsource_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef testsource_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "pytorch_memlab._testsource",
+    .m_doc = "A memory source whose readings Python sets (tests and benchmarks only).",
+    .m_size = 0,
+    .m_methods = manual_methods,
+    .m_slots = testsource_slots,
+};
+
+PyMODINIT_FUNC
+PyInit__testsource(void)
+{
+    return PyModuleDef_Init(&testsource_module);
 }
