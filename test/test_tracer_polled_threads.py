@@ -153,3 +153,48 @@ def test_peer_tracer_on_the_same_device():
     for t in (first, second):
         assert figures(t, line_a, "# A's line") == (1, 10, (300, 315, 305, 10))
     assert figures(second, line_b, "# B's line") == (1, 0, (15, 5, 5, 10))
+
+
+class OneRegister(ManualTwin):
+    """A push source with one register: the first thread reads through it
+    (its own counters, its register's peak), the others poll."""
+    name = "one-register"
+
+    def __init__(self):
+        super().__init__()
+        self.taken = False
+        self.register = 0
+        self.mine = {}          # thread -> [allocated, freed]
+
+    def alloc(self, n):
+        super().alloc(n)
+        own = self.mine.setdefault(threading.get_ident(), [0, 0])
+        own[0 if n > 0 else 1] += abs(n)
+        self.register = max(self.register, self.state[0])
+
+    def open_reader(self, device):
+        if self.taken:
+            return -1
+        self.taken = True
+        self.register = self.state[0]
+        return 0
+
+    def close_reader(self, device, reader):
+        self.taken = False
+
+    def read(self, device, reader):
+        current = self.state[0]
+        peak, self.register = max(self.register, current), current
+        allocated, freed = self.mine.get(threading.get_ident(), [0, 0])
+        return (current, peak, allocated, freed)
+
+
+def test_polls_leave_a_thread_with_a_register_alone():
+    # A reads through the register (its own counters and peak); only B polls.
+    # B's polls go to polling threads' lines, not to A's: A's line keeps its
+    # own allocations, B's line the device's.
+    src = OneRegister()
+    t = _tracer.Tracer(src, 0, COLUMNS, "bytes.current")
+    run_two_threads(t, src.alloc, 5)
+    assert figures(t, line_a, "# A's line") == (1, 10, (300, 310, 300, 10))
+    assert figures(t, line_b, "# B's line") == (1, 0, (15, 5, 5, 10))
