@@ -88,17 +88,18 @@ def test_line_open_on_another_thread_keeps_its_figures(tmp_path, backend):
     delta = {k: after[k] - before[k] for k in after}
     peak, allocated, freed, current = got["lines"]["A's line"]
     # A's line: the device's figures over its whole span, B's line included
-    assert (allocated, freed, current) == (delta["allocated_bytes.all.allocated"],
-                                           delta["allocated_bytes.all.freed"],
-                                           after["allocated_bytes.all.current"]), err
+    assert (allocated, freed) == (delta["allocated_bytes.all.allocated"],
+                                  delta["allocated_bytes.all.freed"]), err
     # before the fix, B's polls reset the peak A's line reached: it read b's level
     assert peak >= base + size["a"], err
     if backend == "native":
+        assert current == after["allocated_bytes.all.current"]
         assert peak == base + max(size["a"], size["b"] + size["c"])
         assert delta["allocated_bytes.all.allocated"] == size["a"] + size["b"] + size["c"]
         assert delta["allocated_bytes.all.freed"] == size["a"] + size["c"]
         # B's line ran while A held b: its peak is b and c at once
         assert got["lines"]["B's line"] == [base + size["b"] + size["c"], size["c"], size["c"],
                                             base + size["b"]], err
-    # (cudaMallocAsync keeps no allocated / freed totals and frees in stream
-    # order, so only the figures torch reads back are compared there)
+    # (cudaMallocAsync may keep no allocated / freed totals, and frees in
+    # stream order: a level read at the line's end, before any synchronize,
+    # need not equal torch's reading after one)
