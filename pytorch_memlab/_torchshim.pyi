@@ -5,7 +5,7 @@ Import torch before this module (libc10 must be loaded).
 ``kind`` is "cuda", "cuda_push", "cuda_push_counted" or "cpu"; any other is a
 ValueError, and a kind this torch build cannot serve a RuntimeError.
 """
-from typing import Literal
+from typing import Literal, Sequence
 
 # PyCapsules named "pytorch_memlab.memlab_source" holding a
 # ``const memlab_source *`` (include/memlab/source.h).  The CUDA ones are
@@ -47,6 +47,15 @@ def read(kind: str, device: int, reader: int, /) -> tuple[int, ...]:
 
 def cuda_push_unavailable() -> str | None:
     """Why the CUDA trace tracker cannot serve (build, backend), or None."""
+
+def seed_cpu(storages: Sequence[int], /) -> tuple[int, int] | None:
+    """Count the CPU storages made before the counting wrapper (the
+    ``UntypedStorage._cdata`` of each, kept alive by the caller) as live,
+    and their later frees exactly.  Only the first call after
+    ``prepare("cpu", 0)`` counts: (storages, bytes) counted; then None."""
+
+def cpu_seeded() -> bool:
+    """``seed_cpu()`` has run since the counting wrapper was installed."""
 
 def fields(kind: str, /) -> tuple[str, ...]:
     """Field names of the source."""

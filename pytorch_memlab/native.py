@@ -325,6 +325,16 @@ def sample(kind: str, device: int) -> Sequence[int]:
 
 
 def prepare(kind: str, device: int) -> None:
-    """Attach the shim's counting to ``kind`` now (the CPU allocator's wrapper
-    counts only what is allocated after it)."""
-    _import_shim().prepare(kind, device)
+    """Attach the shim's counting to ``kind`` now.  For "cpu", the first time
+    in a process: install the CPU allocator's counting wrapper, then count the
+    CPU tensor storages alive now (those MemReporter finds) as live, so that
+    levels and peaks start from what the program holds whichever function is
+    profiled first, and their frees are counted exactly.  Storages Python
+    cannot reach (held only by C++) stay uncounted."""
+    shim = _import_shim()
+    shim.prepare(kind, device)
+    if kind == "cpu" and not shim.cpu_seeded():
+        from .mem_reporter.collect import cpu_storages
+        storages = cpu_storages()        # kept alive until seed_cpu returns
+        shim.seed_cpu([s._cdata for s in storages])
+        del storages

@@ -53,6 +53,9 @@ class TracerSet:
         """All or nothing: a device that cannot be read disables the others."""
         try:
             for slot, tracer in zip(self.slots, self.tracers):
+                if slot.kind == "cpu":
+                    # the first CPU profile: count the storages alive now too
+                    native.prepare("cpu", tracer.device)
                 if slot.kind == "cuda":
                     torch.cuda.init()  # type: ignore[no-untyped-call]  # torch: unannotated; the allocator's stats exist only after it
                     if slot.follows_target and tracer.device != current_target():

@@ -259,3 +259,34 @@ def graph_ptrs(col: Collector) -> Dict[Tuple[str, int], str]:
         return out
     finally:
         ghost.release()
+
+
+def cpu_storages() -> List[torch.UntypedStorage]:
+    """The distinct storages of the CPU tensors a report finds (every live
+    tensor, grads and sparse parts, and what autograd saved behind them):
+    what the CPU counting wrapper counts as live when it starts."""
+    col = Collector()
+    ghost = Collector()
+    try:
+        walk_gc(col)
+        roots = []
+        for t in col.kept_tensors():
+            try:
+                if t.grad_fn is not None:
+                    roots.append(t)
+            except Exception:
+                continue
+        walk_graph(ghost, roots)
+        found: Dict[int, torch.UntypedStorage] = {}
+        for t in [*col.kept_tensors(), *ghost.kept_tensors()]:
+            try:
+                if t.device.type != "cpu" or t.layout != torch.strided:
+                    continue
+                storage = t.untyped_storage()
+                found.setdefault(int(storage._cdata), storage)
+            except Exception:
+                continue
+        return list(found.values())
+    finally:
+        col.release()
+        ghost.release()

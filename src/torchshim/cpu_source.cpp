@@ -12,8 +12,14 @@
 //   allocation.all.*      number of those blocks
 //   reserved_bytes.all.*  same as active_bytes: the CPU allocator caches
 //                         nothing, so reserved == active
-// each with .current/.peak/.allocated/.freed.  Memory allocated before the
-// wrapper was installed is never counted, not even when freed.
+// each with .current/.peak/.allocated/.freed.
+//
+// Storages allocated before the wrapper was installed: cpu_seed() (called
+// once, with the storages Python can see) counts them as live (levels and
+// peaks, not .allocated), records them in the side table, and gives their
+// DataPtr our deleter and their StorageImpl our allocator, so their free
+// (or a resize's reallocation) is counted exactly like a new block's.
+// Storages Python cannot reach stay uncounted, alive or freed.
 //
 // Push path (read()): every allocation raises the peak register of each
 // open reader, and counts into the allocating thread's own thread_local
@@ -24,6 +30,7 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/StorageImpl.h>
 #include <c10/util/Exception.h>
 
 #include <pthread.h>
@@ -114,6 +121,7 @@ struct CpuState {
     // allocation path only walks set bits.
     std::atomic<uint64_t> open{0};
     Register registers[kMaxReaders];
+    std::atomic<bool> seeded{false};  // cpu_seed() ran (it runs once)
 
     void raise_readers(int64_t b, int64_t n) noexcept {
         uint64_t bits = open.load(std::memory_order_acquire);
@@ -304,6 +312,45 @@ int install(char *err, int err_len) {
     return 0;
 }
 
+// Counts one storage made by the base allocator before the wrapper existed:
+// its block joins the side table and its DataPtr gets counted_delete, which
+// finds the base's deleter there.  The caller holds a reference to it, so
+// it cannot be freed meanwhile.  Returns the bytes counted, 0 if skipped.
+int64_t seed_one(CpuState *state, c10::StorageImpl *impl) {
+    if (impl->device_type() != c10::DeviceType::CPU)
+        return 0;
+    // The const accessor skips copy-on-write materialisation; the DataPtr
+    // itself is not const, and only its deleter changes.
+    auto &data = const_cast<c10::DataPtr &>(impl->data_ptr());
+    void *ptr = data.get();
+    // Only blocks the wrapper would have counted: the base's own simple
+    // blocks (not pinned, shared, mapped, copy-on-write or foreign memory).
+    if (ptr == nullptr || data.get_context() != ptr ||
+        data.get_deleter() != state->base_delete)
+        return 0;
+    const std::size_t size = impl->nbytes();
+    {
+        std::lock_guard<std::mutex> lock(state->mutex);
+        if (!state->live.try_emplace(ptr, Block{size, state->base_delete}).second)
+            return 0;
+    }
+    if (!data.compare_exchange_deleter(state->base_delete, &counted_delete)) {
+        std::lock_guard<std::mutex> lock(state->mutex);
+        state->live.erase(ptr);
+        return 0;
+    }
+    // A later resize_ allocates through the storage's own allocator.
+    if (impl->allocator() == state->base && g_wrapper != nullptr)
+        impl->set_allocator(g_wrapper);
+    const int64_t b = state->bytes.current.fetch_add(static_cast<int64_t>(size)) +
+                      static_cast<int64_t>(size);
+    const int64_t n = state->blocks.current.fetch_add(1) + 1;
+    raise_to(state->bytes.peak, b);
+    raise_to(state->blocks.peak, n);
+    state->raise_readers(b, n);
+    return static_cast<int64_t>(size);
+}
+
 // ---------------------------------------------------------------------------
 // The three entry points of the contract.  The device index is ignored: there
 // is one CPU allocator.
@@ -439,5 +486,38 @@ const memlab_source kCpuSource = {
 namespace memlab {
 
 const memlab_source *cpu_source() { return &kCpuSource; }
+
+}  // namespace memlab
+
+namespace memlab {
+
+int cpu_seed(const std::uintptr_t *storages, std::size_t n, int64_t *seeded,
+             int64_t *bytes) noexcept {
+    *seeded = 0;
+    *bytes = 0;
+    CpuState *state = g_state.load(std::memory_order_acquire);
+    if (state == nullptr)
+        return -1;
+    if (state->seeded.exchange(true))
+        return 1;
+    for (std::size_t i = 0; i < n; ++i) {
+        try {
+            const int64_t size = seed_one(state, reinterpret_cast<c10::StorageImpl *>(storages[i]));
+            if (size > 0) {
+                *seeded += 1;
+                *bytes += size;
+            }
+        } catch (...) {
+            // a storage whose data or size cannot be read (symbolic sizes,
+            // guarded data pointers) is left uncounted
+        }
+    }
+    return 0;
+}
+
+bool cpu_seeded() noexcept {
+    const CpuState *state = g_state.load(std::memory_order_acquire);
+    return state != nullptr && state->seeded.load();
+}
 
 }  // namespace memlab

@@ -241,6 +241,47 @@ PyObject *shim_path(PyObject *self, PyObject *args) {
     return PyUnicode_FromString(source->read != nullptr ? "push" : "poll");
 }
 
+// seed_cpu(storages): storages is a sequence of c10::StorageImpl addresses
+// (UntypedStorage._cdata) that the caller keeps alive during the call.
+PyObject *shim_seed_cpu(PyObject *self, PyObject *arg) {
+    PyObject *seq = PySequence_Fast(arg, "seed_cpu() takes a sequence of storage addresses");
+    if (seq == nullptr)
+        return nullptr;
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    std::vector<std::uintptr_t> storages;
+    try {
+        storages.resize(static_cast<std::size_t>(n));
+    } catch (const std::bad_alloc &) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        void *address = PyLong_AsVoidPtr(PySequence_Fast_GET_ITEM(seq, i));
+        if (address == nullptr) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "seed_cpu(): a storage address is 0");
+            Py_DECREF(seq);
+            return nullptr;
+        }
+        storages[static_cast<std::size_t>(i)] = reinterpret_cast<std::uintptr_t>(address);
+    }
+    Py_DECREF(seq);
+    int64_t seeded = 0, bytes = 0;
+    const int rc = memlab::cpu_seed(storages.data(), storages.size(), &seeded, &bytes);
+    if (rc < 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "seed_cpu(): the CPU source is not prepared (prepare('cpu', 0) first)");
+        return nullptr;
+    }
+    if (rc > 0)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(LL)", static_cast<long long>(seeded), static_cast<long long>(bytes));
+}
+
+PyObject *shim_cpu_seeded(PyObject *self, PyObject *unused) {
+    return PyBool_FromLong(memlab::cpu_seeded());
+}
+
 // Adds `source` as attribute `name`.  A nullptr source (not built for this
 // torch) leaves the attribute absent.
 int add_capsule(PyObject *module, const char *name, const memlab_source *source) {
@@ -303,6 +344,13 @@ PyMethodDef shim_methods[] = {
     {"cuda_push_unavailable", shim_cuda_push_unavailable, METH_NOARGS,
      "cuda_push_unavailable() -> str | None\n\nWhy the CUDA trace tracker cannot "
      "serve (build, backend), or None."},
+    {"seed_cpu", shim_seed_cpu, METH_O,
+     "seed_cpu(storages) -> tuple[int, int] | None\n\nCount the CPU storages made "
+     "before the counting wrapper (UntypedStorage._cdata of each; keep them alive "
+     "during the call) as live, and their later frees exactly.  Only the first call "
+     "after prepare('cpu', 0) counts: (storages, bytes) counted; later calls: None."},
+    {"cpu_seeded", shim_cpu_seeded, METH_NOARGS,
+     "cpu_seeded() -> bool\n\nseed_cpu() has run since the wrapper was installed."},
     {"fields", shim_fields, METH_VARARGS,
      "fields(kind) -> tuple[str, ...]\n\nField names of the 'cuda' or 'cpu' source."},
     {nullptr, nullptr, 0, nullptr},

@@ -5,6 +5,9 @@
 
 #include <memlab/source.h>
 
+#include <cstddef>
+#include <cstdint>
+
 namespace memlab {
 
 /* The CUDA caching allocator's DeviceStats, one field per key of
@@ -28,6 +31,17 @@ const char *cuda_push_unavailable() noexcept;
 
 /* Counts of the CPU allocator, through a wrapper installed by prepare(). */
 const memlab_source *cpu_source();
+
+/* Count the CPU storages alive before the wrapper (`storages`: n
+ * c10::StorageImpl addresses the caller keeps alive) as live, their frees
+ * exactly; only the first call after install does anything.  0 (with how
+ * many storages and bytes were counted), 1 when already done, -1 when the
+ * wrapper is not installed.  GIL held. */
+int cpu_seed(const std::uintptr_t *storages, std::size_t n, int64_t *seeded,
+             int64_t *bytes) noexcept;
+
+/* cpu_seed() has run (false before the wrapper is installed). */
+bool cpu_seeded() noexcept;
 
 /* Copy msg into err (err_len bytes, always NUL-terminated when err_len > 0). */
 void copy_error(char *err, int err_len, const char *msg) noexcept;

@@ -3,7 +3,9 @@
  * Every event first takes one reading and folds the interval since the last
  * reading into the current line of *every* profiled frame on this thread, so
  * a call's peak is charged to the caller's line too (a level column keeps
- * the last reading: the level at the line's end).  Then the event moves
+ * the last reading: the level at the line's end).  A poll of the device
+ * covers the lines open on other polling threads as well: its peaks and
+ * counters go to theirs too (their levels are read at their own events).  Then the event moves
  * the innermost frame: a new line commits the old one, a return commits and
  * pops. */
 #include "tracer.h"
@@ -21,13 +23,51 @@ current_stack(TracerObject *t)
  * to a session that is closed, and must not touch the stack. */
 #define FOLD_STALE 1
 
-/* Fold this interval into every open frame's pending figures.  Returns 0
+/* Fold `interval` into the pending figures of every open frame of `stack`;
+ * level columns only when `levels`.  A level is the one at the line's end,
+ * for an outer frame too (not the highest its callees reached): the last
+ * reading wins. */
+static void
+fold_into(TracerObject *t, ThreadStack *stack, const int64_t *interval, int levels)
+{
+    int n = t->sampler.n_columns;
+    const int *kinds = t->sampler.kinds;
+    for (int i = 0; i < stack->depth; i++) {
+        int64_t *pending = threadstack_pending(stack, n, i);
+        for (int c = 0; c < n; c++) {
+            int64_t v = interval[c];
+            if (kinds[c] == MEMLAB_COUNTER) {
+                pending[c] = memlab_add_sat(pending[c], v);
+            }
+            else if (kinds[c] == MEMLAB_LEVEL ? levels : v > pending[c]) {
+                pending[c] = v;
+            }
+        }
+    }
+}
+
+/* Is `thread` still running?  A thread that died inside a profiled call
+ * whose return we never saw (a debugger hid it from settrace) leaves its
+ * frames open until disable(); the device's later intervals are not theirs.
+ * Threads are few, and only a poll with lines open on other threads asks. */
+static int
+thread_alive(uint64_t thread)
+{
+    PyThreadState *ts = PyInterpreterState_ThreadHead(PyInterpreterState_Get());
+    for (; ts != NULL; ts = PyThreadState_Next(ts)) {
+        if (PyThreadState_GetID(ts) == thread) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Fold this reading into every open frame's pending figures.  Returns 0
  * with the growth field's level in *level, -1 (and counts an error) if
  * reading failed, or FOLD_STALE. */
 static int
 fold_interval(TracerObject *t, ThreadStack *stack, int64_t *level)
 {
-    int n = t->sampler.n_columns;
     unsigned long stops = t->sampler.stops;
     int rc = sampler_take(&t->sampler, stack->thread, t->interval, level);
     if (!t->enabled || t->sampler.stops != stops) {
@@ -37,18 +77,14 @@ fold_interval(TracerObject *t, ThreadStack *stack, int64_t *level)
         t->sample_errors++;
         return -1;
     }
-    /* A level is the one at the line's end, for an outer frame too (not the
-     * highest its callees reached): the last reading wins. */
-    const int *kinds = t->sampler.kinds;
-    for (int i = 0; i < stack->depth; i++) {
-        int64_t *pending = threadstack_pending(stack, n, i);
-        for (int c = 0; c < n; c++) {
-            int64_t v = t->interval[c];
-            if (kinds[c] == MEMLAB_COUNTER) {
-                pending[c] = memlab_add_sat(pending[c], v);
-            }
-            else if (kinds[c] == MEMLAB_LEVEL || v > pending[c]) {
-                pending[c] = v;
+    fold_into(t, stack, t->interval, 1);
+    if (rc == SAMPLER_POLLED) {
+        for (int s = 0; s < t->threads.n_stacks; s++) {
+            ThreadStack *other = t->threads.stacks[s];
+            if (other != stack && other->depth > 0
+                && sampler_polls(&t->sampler, other->thread)
+                && thread_alive(other->thread)) {
+                fold_into(t, other, t->sampler.polled, 0);
             }
         }
     }

@@ -245,7 +245,8 @@ sampler_pick_columns(Sampler *s, PyObject *fields, PyObject *columns)
     s->kinds = calloc((size_t)n + 1, sizeof(int));
     s->folds = calloc((size_t)n + 1, sizeof(memlab_fold));
     s->last_counter = calloc((size_t)n + 1, sizeof(int64_t));
-    if (!s->field_of || !s->kinds || !s->folds || !s->last_counter) {
+    s->polled = calloc((size_t)n + 1, sizeof(int64_t));
+    if (!s->field_of || !s->kinds || !s->folds || !s->last_counter || !s->polled) {
         PyErr_NoMemory();
         goto error;
     }
@@ -339,9 +340,9 @@ sampler_dealloc(Sampler *s)
     free(s->carried); free(s->field_kinds);
     s->carried = NULL; s->field_kinds = NULL;
     free(s->field_of); free(s->kinds); free(s->folds);
-    free(s->reading); free(s->last_counter);
+    free(s->reading); free(s->last_counter); free(s->polled);
     s->field_of = NULL; s->kinds = NULL; s->folds = NULL;
-    s->reading = NULL; s->last_counter = NULL;
+    s->reading = NULL; s->last_counter = NULL; s->polled = NULL;
 }
 
 static PyObject *
@@ -614,34 +615,30 @@ reader_slot(Sampler *s, uint64_t thread)
     return s->readers[idle];
 }
 
-static int sampler_read(Sampler *s);
+static int sampler_poll(Sampler *s);
 
 /* A thread that found no free register polls, as source.h says: sample(),
  * then reset_peaks() if a column is a peak (as a polled source is read;
  * a register-less thread cannot do better), counters as the device's deltas
- * since this thread's previous reading.  Its first reading has no span
- * behind it: counters and peaks read 0 there.  Returns 0, or -1. */
+ * since the previous poll.  Such threads share one baseline, as a polled
+ * source's threads do (sampler_take).  A thread's first reading has no span
+ * behind it: its counters and peaks read 0 there, though the poll's interval
+ * still goes to the other polling threads' lines.  SAMPLER_POLLED, or -1. */
 static int
-poll_take(Sampler *s, SamplerReader *rd, int fresh, int64_t *interval)
+poll_take(Sampler *s, int fresh, int64_t *interval)
 {
-    if (sampler_read(s) < 0) {
+    if (sampler_poll(s) < 0) {
         return -1;
     }
     for (int c = 0; c < s->n_columns; c++) {
-        int64_t v = s->reading[s->field_of[c]];
-        if (s->kinds[c] == MEMLAB_COUNTER) {
-            interval[c] = fresh ? 0 : memlab_sub_sat(v, rd->last_counter[c]);
-            rd->last_counter[c] = v;
-        }
-        else {
-            interval[c] = fresh && s->kinds[c] == MEMLAB_PEAK ? 0 : v;
-        }
+        interval[c] = fresh && s->kinds[c] != MEMLAB_LEVEL ? 0 : s->polled[c];
     }
-    return 0;
+    return SAMPLER_POLLED;
 }
 
 /* Read through `thread`'s register, opening it (and taking the counters'
- * baseline) on first use.  Returns 0, or -1. */
+ * baseline) on first use.  Returns 0, SAMPLER_POLLED (no register was
+ * free), or -1. */
 static int
 push_take(Sampler *s, uint64_t thread, int64_t *interval)
 {
@@ -667,7 +664,7 @@ push_take(Sampler *s, uint64_t thread, int64_t *interval)
         rd->reader = reader < 0 ? READER_POLLED : reader;
     }
     if (rd->reader == READER_POLLED) {
-        return poll_take(s, rd, fresh, interval);
+        return poll_take(s, fresh, interval);
     }
     if (src_read(s, rd->reader) < 0) {
         return -1;
@@ -725,6 +722,37 @@ sampler_read(Sampler *s)
     return rc;
 }
 
+/* Poll the whole device: read and reset, and put in s->polled what it saw
+ * since the previous poll of this sampler (from any thread): a peak column
+ * the peak since then (a peer's reading included), a counter its delta, a
+ * level the reading.  0, or -1. */
+static int
+sampler_poll(Sampler *s)
+{
+    if (sampler_read(s) < 0) {
+        return -1;
+    }
+    for (int c = 0; c < s->n_columns; c++) {
+        int f = s->field_of[c];
+        int64_t v = s->reading[f];
+        if (s->kinds[c] == MEMLAB_COUNTER) {
+            s->polled[c] = memlab_sub_sat(v, s->last_counter[c]);
+            s->last_counter[c] = v;
+        }
+        else if (s->kinds[c] == MEMLAB_PEAK && s->has_carried && s->carried[f] > v) {
+            s->polled[c] = s->carried[f];
+        }
+        else {
+            s->polled[c] = v;
+        }
+    }
+    if (s->has_carried) {
+        memset(s->carried, 0, sizeof(int64_t) * (size_t)s->n_fields);
+        s->has_carried = 0;
+    }
+    return 0;
+}
+
 static int
 sampler_read_reset(Sampler *s)
 {
@@ -765,7 +793,15 @@ push_start(Sampler *s)
                      s->device);
         return -1;
     }
-    s->live = 1;
+    /* Live too: a thread that finds no free register polls, and must get
+     * the peaks a peer's poll reset. */
+    if (!s->live) {
+        s->next_live = live_samplers;
+        live_samplers = s;
+        s->live = 1;
+    }
+    s->has_carried = 0;
+    memset(s->carried, 0, sizeof(int64_t) * (size_t)s->n_fields);
     return 0;
 }
 
@@ -813,33 +849,30 @@ int
 sampler_take(Sampler *s, uint64_t thread, int64_t *interval, int64_t *level)
 {
     if (s->push) {
-        if (push_take(s, thread, interval) < 0) {
-            return -1;
+        int rc = push_take(s, thread, interval);
+        if (rc >= 0) {
+            *level = s->growth_field >= 0 ? s->reading[s->growth_field] : 0;
         }
-        *level = s->growth_field >= 0 ? s->reading[s->growth_field] : 0;
-        return 0;
+        return rc;
     }
-    if (sampler_read(s) < 0) {
+    if (sampler_poll(s) < 0) {
         return -1;
     }
-    for (int c = 0; c < s->n_columns; c++) {
-        int64_t v = s->reading[s->field_of[c]];
-        if (s->kinds[c] == MEMLAB_COUNTER) {
-            interval[c] = memlab_sub_sat(v, s->last_counter[c]);
-            s->last_counter[c] = v;
-        }
-        else if (s->kinds[c] == MEMLAB_PEAK && s->has_carried
-                 && s->carried[s->field_of[c]] > v) {
-            interval[c] = s->carried[s->field_of[c]];
-        }
-        else {
-            interval[c] = v;
-        }
-    }
-    if (s->has_carried) {
-        memset(s->carried, 0, sizeof(int64_t) * (size_t)s->n_fields);
-        s->has_carried = 0;
-    }
+    memcpy(interval, s->polled, sizeof(int64_t) * (size_t)s->n_columns);
     *level = s->growth_field >= 0 ? s->reading[s->growth_field] : 0;
+    return SAMPLER_POLLED;
+}
+
+int
+sampler_polls(const Sampler *s, uint64_t thread)
+{
+    if (!s->push) {
+        return 1;
+    }
+    for (int r = 0; r < s->n_readers; r++) {
+        if (s->readers[r]->thread == thread) {
+            return s->readers[r]->reader == READER_POLLED;
+        }
+    }
     return 0;
 }

@@ -12,7 +12,9 @@
  * level the reading itself.  A push source reports each thread's own peak
  * and counters, so no reading resets anything; a polled source resets its
  * peaks on each sample, and so does a thread of a push source that found no
- * free register (source.h). */
+ * free register (source.h).  A poll reads the whole device, so what it saw
+ * since the previous poll belongs to every line open on a polling thread,
+ * whichever thread polled (sampler_take). */
 
 /* SamplerReader.reader when it holds no register.  Only an idle slot may
  * change hands: while a Python source's open_reader() runs, other threads do
@@ -46,7 +48,9 @@ typedef struct Sampler {
     int growth_field;              /* field index, -1 for none */
     int has_peaks;
     int64_t *reading;              /* Owned. n_fields: the latest sample */
-    int64_t *last_counter;         /* Owned. n_columns: previous counter readings */
+    int64_t *last_counter;         /* Owned. n_columns: counter readings at the
+                                      previous poll, any thread's */
+    int64_t *polled;               /* Owned. n_columns: the latest poll's interval */
     int *field_kinds;              /* Owned. n_fields: memlab_field_kind */
     int64_t *carried;              /* Owned. n_fields: peaks a peer read (and reset)
                                       since our last reading */
@@ -78,11 +82,21 @@ int sampler_start(Sampler *s);
 /* Control path: stop sharing readings (disable, dealloc). */
 void sampler_stop(Sampler *s);
 
+/* sampler_take's result when it polled the device: s->polled then holds the
+ * device's interval since the previous poll (peaks, counters; levels as
+ * read), which the open lines of every polling thread (sampler_polls) share,
+ * not only `thread`'s. */
+#define SAMPLER_POLLED 1
+
 /* Hot path: interval figures of `thread`'s reader into `interval`, growth
  * field's level into *level.  Only the calling thread's own counters can be
- * read, so for another thread counters read 0.  Never raises; returns -1 if
- * the device could not be read. */
+ * read through a register, so for another thread they read 0.  Never
+ * raises; returns 0, SAMPLER_POLLED, or -1 if the device could not be read. */
 int sampler_take(Sampler *s, uint64_t thread, int64_t *interval, int64_t *level);
+
+/* Does `thread` poll the device (a polled source's every thread, a push
+ * source's thread that found no free register)?  Hot path. */
+int sampler_polls(const Sampler *s, uint64_t thread);
 
 /* `thread` has no profiled frame left: give its reader back. */
 void sampler_release(Sampler *s, uint64_t thread);
