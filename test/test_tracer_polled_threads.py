@@ -10,7 +10,7 @@ import threading
 import pytest
 from helpers import line_of
 
-from pytorch_memlab import _tracer
+from pytorch_memlab import _testsource, _tracer
 
 COLUMNS = ["bytes.peak", "bytes.allocated", "bytes.freed", "bytes.current"]
 WAIT = 60   # seconds; only a broken run waits that long
@@ -65,7 +65,7 @@ class FullTwin(ManualTwin):
 
 
 def manual_alloc(n):
-    _tracer.manual_alloc(n)
+    _testsource.manual_alloc(n)
 
 
 def line_a(alloc, opened, b_done):
@@ -103,8 +103,8 @@ def run_two_threads(tracer, alloc, b_bytes):
 
 
 def manual_tracer():
-    _tracer.manual_reset()
-    return _tracer.Tracer(_tracer.manual_source, 0, COLUMNS, "bytes.current")
+    _testsource.manual_reset()
+    return _tracer.Tracer(_testsource.manual_source, 0, COLUMNS, "bytes.current")
 
 
 def test_line_open_on_another_thread_keeps_its_figures():
@@ -141,12 +141,12 @@ def test_python_polled_source_and_threads(source):
 def test_peer_tracer_on_the_same_device():
     # Two tracers read one device: a poll of either resets the peaks, which
     # it hands to its peer.  A's line is profiled by both; B's by the second.
-    _tracer.manual_reset()
-    first = _tracer.Tracer(_tracer.manual_source, 0, COLUMNS, "bytes.current")
+    _testsource.manual_reset()
+    first = _tracer.Tracer(_testsource.manual_source, 0, COLUMNS, "bytes.current")
     first.add_code(line_a.__code__)
     first.enable()
     try:
-        second = _tracer.Tracer(_tracer.manual_source, 0, COLUMNS, "bytes.current")
+        second = _tracer.Tracer(_testsource.manual_source, 0, COLUMNS, "bytes.current")
         run_two_threads(second, manual_alloc, 5)
     finally:
         first.disable()
