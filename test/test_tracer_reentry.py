@@ -15,6 +15,8 @@ import threading
 
 import pytest
 
+from helpers import line_of
+
 from pytorch_memlab import _testsource, _tracer
 
 # The children import the extension this process uses (the ASan build under
@@ -360,3 +362,24 @@ def test_settrace_on_worker_thread_keeps_profiling_there():
         t.disable()
     assert dict(t.stats())[worked.__code__][first + 1][0] == 3
     assert "call" in seen and "line" in seen
+
+
+def test_disable_inside_a_line_keeps_its_last_reading():
+    # disable() takes the tracer off the enabled list before its last reading
+    # (so no event can reach a dying tracer); that reading must still be
+    # folded into the lines it closes, not dropped as a stale event's
+    t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak", "bytes.allocated"],
+                       "bytes.current")
+    _testsource.manual_reset()
+
+    def closes_itself():
+        x = 1  # first
+        _testsource.manual_alloc(100); t.disable()  # the line
+        return x
+
+    t.add_code(closes_itself.__code__)
+    t.enable()
+    closes_itself()
+    _testsource.manual_alloc(-100)
+    lines = dict(t.stats())[closes_itself.__code__]
+    assert lines[line_of(closes_itself, "# the line")] == (1, 100, (100, 100))

@@ -62,9 +62,30 @@ thread_alive(uint64_t thread)
     return 0;
 }
 
-/* Fold this reading into every open frame's pending figures.  Returns 0
- * with the growth field's level in *level, -1 (and counts an error) if
- * reading failed, or FOLD_STALE. */
+/* Fold the reading sampler_take just put in t->interval (rc, its result)
+ * into every open frame of `stack`; a poll's peaks and counters also go to
+ * the lines open on the other polling threads. */
+static void
+fold_reading(TracerObject *t, ThreadStack *stack, int rc)
+{
+    fold_into(t, stack, t->interval, 1);
+    if (rc != SAMPLER_POLLED) {
+        return;
+    }
+    for (int s = 0; s < t->threads.n_stacks; s++) {
+        ThreadStack *other = t->threads.stacks[s];
+        if (other != stack && other->depth > 0
+            && sampler_polls(&t->sampler, other->thread)
+            && thread_alive(other->thread)) {
+            fold_into(t, other, t->sampler.polled, 0);
+        }
+    }
+}
+
+/* An event's reading, folded.  Returns 0 with the growth field's level in
+ * *level; -1 (an error counted) if reading failed; FOLD_STALE, folding
+ * nothing, if the tracer was disabled (and perhaps enabled again) while a
+ * Python source ran with the GIL released. */
 static int
 fold_interval(TracerObject *t, ThreadStack *stack, int64_t *level)
 {
@@ -77,17 +98,21 @@ fold_interval(TracerObject *t, ThreadStack *stack, int64_t *level)
         t->sample_errors++;
         return -1;
     }
-    fold_into(t, stack, t->interval, 1);
-    if (rc == SAMPLER_POLLED) {
-        for (int s = 0; s < t->threads.n_stacks; s++) {
-            ThreadStack *other = t->threads.stacks[s];
-            if (other != stack && other->depth > 0
-                && sampler_polls(&t->sampler, other->thread)
-                && thread_alive(other->thread)) {
-                fold_into(t, other, t->sampler.polled, 0);
-            }
-        }
+    fold_reading(t, stack, rc);
+    return 0;
+}
+
+/* The last reading of a tracer being disabled (no longer "enabled", so not
+ * an event's): 0, or -1 (an error counted) if reading failed. */
+static int
+fold_last(TracerObject *t, ThreadStack *stack, int64_t *level)
+{
+    int rc = sampler_take(&t->sampler, stack->thread, t->interval, level);
+    if (rc < 0) {
+        t->sample_errors++;
+        return -1;
     }
+    fold_reading(t, stack, rc);
     return 0;
 }
 
@@ -125,57 +150,87 @@ push_frame(TracerObject *t, ThreadStack *stack, LineTable *table, int line,
     return f;
 }
 
-/* A reading that failed still keeps the stack's shape; the level is then the
- * frame's own start level, so no growth is invented.  An event that outlived
- * its session (see FOLD_STALE) drops its work. */
-#define BEGIN_EVENT(t, stack, level)                      \
-    if (!(t)->enabled) return;                            \
-    ThreadStack *stack = current_stack(t);                \
-    if (stack == NULL) { (t)->memory_errors++; return; }  \
-    if (stack->in_callback) return;                       \
-    stack->in_callback = 1;                               \
-    int64_t level = 0;                                    \
-    int folded = fold_interval((t), stack, &level);       \
-    if (folded == FOLD_STALE) {                           \
-        stack->in_callback = 0;                           \
-        return;                                           \
-    }                                                     \
-    int read_ok = folded == 0;
+/* The start of every event: the calling thread's stack, marked as inside a
+ * callback (a Python source's code must not re-enter), with this event's
+ * reading folded in.  NULL when the event is dropped: the tracer is off, the
+ * thread is already inside a callback, memory ran out, or the event outlived
+ * its session (FOLD_STALE).  A reading that failed still keeps the stack's
+ * shape: *read_ok is 0 and callers use a frame's own start level, so no
+ * growth is invented.  Every non-NULL stack is closed with end_event(). */
+static ThreadStack *
+begin_event(TracerObject *t, int64_t *level, int *read_ok)
+{
+    if (!t->enabled) {
+        return NULL;
+    }
+    ThreadStack *stack = current_stack(t);
+    if (stack == NULL) {
+        t->memory_errors++;
+        return NULL;
+    }
+    if (stack->in_callback) {
+        return NULL;
+    }
+    stack->in_callback = 1;
+    *level = 0;
+    int folded = fold_interval(t, stack, level);
+    if (folded == FOLD_STALE) {
+        stack->in_callback = 0;
+        return NULL;
+    }
+    *read_ok = folded == 0;
+    return stack;
+}
 
-#define END_EVENT(t) stack->in_callback = 0;
+static void
+end_event(ThreadStack *stack)
+{
+    stack->in_callback = 0;
+}
 
 void
 tracer_on_start(TracerObject *t, LineTable *table, int line)
 {
-    BEGIN_EVENT(t, stack, level)
-    (void)read_ok;
+    int64_t level;
+    int read_ok;
+    ThreadStack *stack = begin_event(t, &level, &read_ok);
+    if (stack == NULL) {
+        return;
+    }
     push_frame(t, stack, table, line, level);
-    END_EVENT(t)
+    end_event(stack);
 }
 
 void
 tracer_on_line(TracerObject *t, LineTable *table, int line)
 {
-    BEGIN_EVENT(t, stack, level)
+    int64_t level;
+    int read_ok;
+    ThreadStack *stack = begin_event(t, &level, &read_ok);
+    if (stack == NULL) {
+        return;
+    }
     if (stack->depth == 0 || stack->frames[stack->depth - 1].table != table) {
         /* Enabled while this frame was already running: adopt it. */
         if (push_frame(t, stack, table, -1, level) == NULL) {
-            END_EVENT(t)
-            return;
+            goto done;
         }
     }
     int top = stack->depth - 1;
-    if (!read_ok) {
-        level = stack->frames[top].start_level;
-    }
-    commit_line(t, stack, top, level, line);
-    END_EVENT(t)
+    commit_line(t, stack, top, read_ok ? level : stack->frames[top].start_level, line);
+done:
+    end_event(stack);
 }
 
 void
 tracer_on_leave(TracerObject *t, LineTable *table)
 {
-    BEGIN_EVENT(t, stack, level)
+    int64_t level;
+    int read_ok;
+    ThreadStack *stack = begin_event(t, &level, &read_ok);
+    if (stack == NULL) {
+        return;
+    }
     int target = stack->depth - 1;
     while (target >= 0 && stack->frames[target].table != table) {
         target--;
@@ -190,7 +245,7 @@ tracer_on_leave(TracerObject *t, LineTable *table)
     if (stack->depth == 0) {
         sampler_release(&t->sampler, stack->thread);
     }
-    END_EVENT(t)
+    end_event(stack);
 }
 
 void
@@ -199,7 +254,7 @@ tracer_close_all_frames(TracerObject *t)
     for (int s = 0; s < t->threads.n_stacks; s++) {
         ThreadStack *stack = t->threads.stacks[s];
         int64_t level = 0;
-        int read_ok = stack->depth > 0 && fold_interval(t, stack, &level) == 0;
+        int read_ok = stack->depth > 0 && fold_last(t, stack, &level) == 0;
         while (stack->depth > 0) {
             int top = stack->depth - 1;
             commit_line(t, stack, top, read_ok ? level : stack->frames[top].start_level, -1);

@@ -71,6 +71,17 @@ hooks_init(PyObject *module)
 }
 
 int
+memlab_code_wanted(PyObject *code)
+{
+    for (TracerObject *t = memlab_enabled_tracers; t != NULL; t = t->next_enabled) {
+        if (codemap_get(&t->codes, code) != NULL) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int
 hook_enable(TracerObject *t)
 {
 #if MEMLAB_HAVE_MONITORING

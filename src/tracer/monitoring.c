@@ -426,17 +426,6 @@ error:
     return ret;
 }
 
-static int
-wanted_by_enabled(PyObject *code)
-{
-    for (TracerObject *t = memlab_enabled_tracers; t != NULL; t = t->next_enabled) {
-        if (codemap_get(&t->codes, code) != NULL) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
 /* Called once t is off the enabled list. */
 int
 monitoring_disable(TracerObject *t)
@@ -457,7 +446,7 @@ monitoring_disable(TracerObject *t)
         /* Stop instrumenting code that no enabled tracer wants any more. */
         for (int i = 0; i < t->codes.n_tables && ret == 0; i++) {
             PyObject *code = t->codes.tables[i]->code;
-            if (!wanted_by_enabled(code)) {
+            if (!memlab_code_wanted(code)) {
                 ret = uninstrument(mon, code);
             }
         }

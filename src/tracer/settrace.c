@@ -132,17 +132,6 @@ frame_resumed(PyFrameObject *frame, PyCodeObject *code)
 #endif
 }
 
-static int
-any_registered(PyObject *code)
-{
-    for (TracerObject *t = memlab_enabled_tracers; t != NULL; t = t->next_enabled) {
-        if (codemap_get(&t->codes, code) != NULL) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
 static void
 dispatch(PyFrameObject *frame, PyObject *code, int what)
 {
@@ -182,7 +171,7 @@ trace_ours(PyFrameObject *frame, int what, int alone)
         return;
     }
     PyObject *code = (PyObject *)PyFrame_GetCode(frame);
-    if (any_registered(code)) {
+    if (memlab_code_wanted(code)) {
         dispatch(frame, code, what);
     }
     else if (what == PyTrace_CALL && alone) {

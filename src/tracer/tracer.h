@@ -51,6 +51,9 @@ void tracer_close_all_frames(TracerObject *t);
  * hook dispatches through it, atexit disables through it). */
 extern TracerObject *memlab_enabled_tracers;
 
+/* Does an enabled tracer register `code`?  (Both hooks ask.) */
+int memlab_code_wanted(PyObject *code);
+
 /* Mechanism hooks: 0, or -1 with an exception set. */
 int hook_enable(TracerObject *t);
 int hook_disable(TracerObject *t);
