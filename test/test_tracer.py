@@ -759,3 +759,30 @@ def test_settrace_after_enable_warns_once_and_resumes(make_tracer):
     assert row(t, simple, "# grab")[0] == 3
     assert sum("another tool called sys.settrace" in str(w.message) for w in caught) == 1
     assert sys.gettrace() is None
+
+
+@pytest.mark.skipif(MONITORING, reason="settrace mechanism only (monitoring is not affected)")
+def test_settrace_warning_comes_once_per_profiling_session(make_tracer):
+    # once per session, not once per process: a later session (another test,
+    # a second profiled run) is told again
+    def other(frame, event, arg):
+        return None
+
+    def pause():
+        for _ in range(2):   # a backward jump: the pending check runs here
+            pass
+
+    counts = []
+    for _ in range(2):
+        t = make_tracer(simple)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            t.enable()
+            sys.settrace(other)
+            pause()
+            simple()
+            sys.settrace(None)
+            pause()
+            t.disable()
+        counts.append(sum("another tool called sys.settrace" in str(w.message) for w in caught))
+    assert counts == [1, 1]

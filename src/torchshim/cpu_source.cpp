@@ -44,6 +44,9 @@
 
 namespace {
 
+using memlab::raise_to;
+using memlab::take_peak;
+
 // Running totals of one quantity (bytes or blocks).  Atomics, so sample()
 // and reset_peaks() never wait on the allocation path.
 struct Counter {
@@ -74,13 +77,6 @@ struct Register {
     std::atomic<int64_t> bytes{0};
     std::atomic<int64_t> blocks{0};
 };
-
-void raise_to(std::atomic<int64_t> &peak, int64_t now) noexcept {
-    int64_t seen = peak.load(std::memory_order_relaxed);
-    while (now > seen &&
-           !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
-    }
-}
 
 int64_t Counter::increase(int64_t n) noexcept {
     const int64_t now = current.fetch_add(n, std::memory_order_relaxed) + n;
@@ -356,16 +352,10 @@ int64_t seed_one(CpuState *state, c10::StorageImpl *impl) {
 // is one CPU allocator.
 
 int cpu_prepare(int device, char *err, int err_len) noexcept {
-    try {
+    const char *unknown = "unknown C++ exception installing the CPU counter";
+    return memlab::reporting_errors(err, err_len, unknown, [&] {
         return install(err, err_len);
-    } catch (const c10::Error &e) {
-        memlab::copy_error(err, err_len, e.what_without_backtrace());
-    } catch (const std::exception &e) {
-        memlab::copy_error(err, err_len, e.what());
-    } catch (...) {
-        memlab::copy_error(err, err_len, "unknown C++ exception installing the CPU counter");
-    }
-    return -1;
+    });
 }
 
 int cpu_sample(int device, int64_t *out) noexcept {
@@ -422,14 +412,6 @@ void cpu_close_reader(int device, int reader) noexcept {
     if (state == nullptr || reader < 0 || reader >= kMaxReaders)
         return;
     state->open.fetch_and(~(uint64_t{1} << reader), std::memory_order_acq_rel);
-}
-
-// This reader's peak since its last read, then rearm at the current level.
-// An allocation racing with the rearm either raised the register before the
-// exchange (counted now) or raises it after (counted next time).
-int64_t take_peak(std::atomic<int64_t> &reg, int64_t current) noexcept {
-    const int64_t peak = reg.exchange(current, std::memory_order_relaxed);
-    return peak > current ? peak : current;
 }
 
 int cpu_read(int device, int reader, int64_t *out) noexcept {

@@ -57,6 +57,9 @@
 
 namespace {
 
+using memlab::raise_to;
+using memlab::take_peak;
+
 namespace cca = c10::cuda::CUDACachingAllocator;
 using TraceEntry = cca::TraceEntry;
 using c10::CachingDeviceAllocator::DeviceStats;
@@ -73,13 +76,6 @@ constexpr auto kAll =
 void levels_of(const DeviceStats &stats, int64_t *out) noexcept {
     out[ACTIVE] = stats.active_bytes[kAll].current;
     out[RESERVED] = stats.reserved_bytes[kAll].current;
-}
-
-void raise_to(std::atomic<int64_t> &peak, int64_t now) noexcept {
-    int64_t seen = peak.load(std::memory_order_relaxed);
-    while (now > seen &&
-           !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
-    }
 }
 
 // What a reader last read, for skipping the next read when nothing moved.
@@ -304,7 +300,8 @@ const char *unavailable() {
 // The entry points of the contract.
 
 int push_prepare(int device, char *err, int err_len) noexcept {
-    try {
+    const char *unknown = "unknown C++ exception attaching the CUDA tracker";
+    return memlab::reporting_errors(err, err_len, unknown, [&] {
         if (const char *why = unavailable()) {
             memlab::copy_error(err, err_len, why);
             return -1;
@@ -330,14 +327,7 @@ int push_prepare(int device, char *err, int err_len) noexcept {
             g_attached = true;
         }
         return 0;
-    } catch (const c10::Error &e) {
-        memlab::copy_error(err, err_len, e.what_without_backtrace());
-    } catch (const std::exception &e) {
-        memlab::copy_error(err, err_len, e.what());
-    } catch (...) {
-        memlab::copy_error(err, err_len, "unknown C++ exception attaching the CUDA tracker");
-    }
-    return -1;
+    });
 }
 
 // The allocator's own figures (its peaks, never reset by this source).
@@ -431,13 +421,6 @@ void close_reader(int device, int reader) noexcept {
 
 int push_open_reader(int device) noexcept { return open_reader(device, false); }
 int counted_open_reader(int device) noexcept { return open_reader(device, true); }
-
-// This reader's peak since its last read, rearmed at the current level (an
-// event racing with the exchange lands in this read or the next).
-int64_t take_peak(std::atomic<int64_t> &reg, int64_t current) noexcept {
-    const int64_t peak = reg.exchange(current, std::memory_order_relaxed);
-    return peak > current ? peak : current;
-}
 
 // out: active current, active peak, reserved current, reserved peak.
 void read_levels(int device, int reader, int64_t *out) {

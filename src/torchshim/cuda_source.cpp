@@ -183,7 +183,8 @@ bool valid_index(int device) {
 // The three entry points of the contract.
 
 int cuda_prepare(int device, char *err, int err_len) noexcept {
-    try {
+    const char *unknown = "unknown C++ exception reading CUDA stats";
+    return memlab::reporting_errors(err, err_len, unknown, [&] {
         if (c10::GetAllocator(c10::kCUDA) == nullptr) {
             memlab::copy_error(err, err_len,
                                "CUDA is not available: this torch has no CUDA "
@@ -212,14 +213,7 @@ int cuda_prepare(int device, char *err, int err_len) noexcept {
         // Throws (c10::Error) for a device index the allocator does not know.
         (void)alloc->getDeviceStats(static_cast<c10::DeviceIndex>(device));
         return 0;
-    } catch (const c10::Error &e) {
-        memlab::copy_error(err, err_len, e.what_without_backtrace());
-    } catch (const std::exception &e) {
-        memlab::copy_error(err, err_len, e.what());
-    } catch (...) {
-        memlab::copy_error(err, err_len, "unknown C++ exception reading CUDA stats");
-    }
-    return -1;
+    });
 }
 
 int cuda_sample(int device, int64_t *out) noexcept {

@@ -5,8 +5,12 @@
 
 #include <memlab/source.h>
 
+#include <c10/util/Exception.h>
+
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 
 namespace memlab {
 
@@ -45,6 +49,40 @@ bool cpu_seeded() noexcept;
 
 /* Copy msg into err (err_len bytes, always NUL-terminated when err_len > 0). */
 void copy_error(char *err, int err_len, const char *msg) noexcept;
+
+/* A contract entry point's body (returning 0 or -1) with every C++ exception
+ * turned into -1 and its message in err; `unknown` names the step for an
+ * exception that is no std::exception. */
+template <typename Body>
+int reporting_errors(char *err, int err_len, const char *unknown, Body &&body) noexcept {
+    try {
+        return body();
+    } catch (const c10::Error &e) {
+        copy_error(err, err_len, e.what_without_backtrace());
+    } catch (const std::exception &e) {
+        copy_error(err, err_len, e.what());
+    } catch (...) {
+        copy_error(err, err_len, unknown);
+    }
+    return -1;
+}
+
+/* The push sources' per-reader peak registers.  raise_to: an allocation
+ * raises the register to the level it made. */
+inline void raise_to(std::atomic<int64_t> &peak, int64_t now) noexcept {
+    int64_t seen = peak.load(std::memory_order_relaxed);
+    while (now > seen &&
+           !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+    }
+}
+
+/* A read: the peak since the reader's last read, and the register rearmed at
+ * the current level.  An allocation racing with the exchange either raised
+ * the register before it (counted now) or raises it after (counted next). */
+inline int64_t take_peak(std::atomic<int64_t> &reg, int64_t current) noexcept {
+    const int64_t peak = reg.exchange(current, std::memory_order_relaxed);
+    return peak > current ? peak : current;
+}
 
 }  // namespace memlab
 

@@ -28,7 +28,7 @@
 static PyObject *hook_token;          /* Owned. made once per process */
 static PyObject *str_f_trace_lines;   /* Owned. interned, made once per process */
 static PyObject *prior_thread_hook;   /* Owned. threading's hook before ours, or NULL */
-static int warned_foreign_tracer;
+static int warned_foreign_tracer;    /* since the first tracer was enabled */
 static int setting_trace;             /* we are calling PyEval_SetTrace */
 static int recheck_pending;
 static int cleared_trace_lines;       /* some frame's f_trace_lines was cleared by us */
@@ -428,6 +428,7 @@ settrace_disable(TracerObject *t)
     if (memlab_enabled_tracers != NULL) {
         return 0;   /* others still need the hook */
     }
+    warned_foreign_tracer = 0;   /* once per profiling session, not per process */
     uninstall_here();
     return set_thread_starter(0);
 }
