@@ -729,15 +729,18 @@ def test_set_device_measures_growth_on_the_new_device():
     assert growth == 7 and v["b.peak"] == 5007
 
 
+def other(frame, event, arg):
+    """Another tool's trace function."""
+    return None
+
+
+def pause():
+    for _ in range(2):   # a backward jump: the pending check runs here
+        pass
+
+
 @pytest.mark.skipif(MONITORING, reason="settrace mechanism only (monitoring is not affected)")
 def test_settrace_after_enable_warns_once_and_resumes(make_tracer):
-    def other(frame, event, arg):
-        return None
-
-    def pause():
-        for _ in range(2):   # a backward jump: the pending check runs here
-            pass
-
     t = make_tracer(simple)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -765,13 +768,6 @@ def test_settrace_after_enable_warns_once_and_resumes(make_tracer):
 def test_settrace_warning_comes_once_per_profiling_session(make_tracer):
     # once per session, not once per process: a later session (another test,
     # a second profiled run) is told again
-    def other(frame, event, arg):
-        return None
-
-    def pause():
-        for _ in range(2):   # a backward jump: the pending check runs here
-            pass
-
     counts = []
     for _ in range(2):
         t = make_tracer(simple)

@@ -239,19 +239,24 @@ def walk_gc(col: Collector) -> None:
             col.add(t, col.anonymous_name(t), "tensor")
 
 
-def graph_ptrs(col: Collector) -> Dict[Tuple[str, int], str]:
-    """(device, address) -> name of the storages saved for backward by the
-    graphs behind the tensors found (outputs= not given)."""
+def graph_roots(col: Collector) -> List[torch.Tensor]:
+    """The tensors found that have an autograd graph behind them."""
     roots = []
     for t in col.kept_tensors():
         try:
             if t.grad_fn is not None:
                 roots.append(t)
-        except Exception:
+        except Exception:   # a tensor subclass whose grad_fn cannot be read
             continue
+    return roots
+
+
+def graph_ptrs(col: Collector) -> Dict[Tuple[str, int], str]:
+    """(device, address) -> name of the storages saved for backward by the
+    graphs behind the tensors found (outputs= not given)."""
     ghost = Collector()
     try:
-        walk_graph(ghost, roots)
+        walk_graph(ghost, graph_roots(col))
         out: Dict[Tuple[str, int], str] = {}
         for (device, ptr), (_, name) in ghost.storages.items():
             if device != "impl":
@@ -269,14 +274,7 @@ def cpu_storages() -> List[torch.UntypedStorage]:
     ghost = Collector()
     try:
         walk_gc(col)
-        roots = []
-        for t in col.kept_tensors():
-            try:
-                if t.grad_fn is not None:
-                    roots.append(t)
-            except Exception:
-                continue
-        walk_graph(ghost, roots)
+        walk_graph(ghost, graph_roots(col))
         found: Dict[int, torch.UntypedStorage] = {}
         for t in [*col.kept_tensors(), *ghost.kept_tensors()]:
             try:

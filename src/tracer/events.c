@@ -82,32 +82,20 @@ fold_reading(TracerObject *t, ThreadStack *stack, int rc)
     }
 }
 
-/* An event's reading, folded.  Returns 0 with the growth field's level in
- * *level; -1 (an error counted) if reading failed; FOLD_STALE, folding
- * nothing, if the tracer was disabled (and perhaps enabled again) while a
- * Python source ran with the GIL released. */
+/* One reading, folded.  Returns 0 with the growth field's level in *level,
+ * or -1 (an error counted) if reading failed.  An event's reading (`event`)
+ * returns FOLD_STALE, folding nothing, if the tracer was disabled (and
+ * perhaps enabled again) while a Python source ran with the GIL released;
+ * disable()'s own last reading, taken once the tracer is off the enabled
+ * list, is no event's and is always folded. */
 static int
-fold_interval(TracerObject *t, ThreadStack *stack, int64_t *level)
+fold_interval(TracerObject *t, ThreadStack *stack, int64_t *level, int event)
 {
     unsigned long stops = t->sampler.stops;
     int rc = sampler_take(&t->sampler, stack->thread, t->interval, level);
-    if (!t->enabled || t->sampler.stops != stops) {
+    if (event && (!t->enabled || t->sampler.stops != stops)) {
         return FOLD_STALE;
     }
-    if (rc < 0) {
-        t->sample_errors++;
-        return -1;
-    }
-    fold_reading(t, stack, rc);
-    return 0;
-}
-
-/* The last reading of a tracer being disabled (no longer "enabled", so not
- * an event's): 0, or -1 (an error counted) if reading failed. */
-static int
-fold_last(TracerObject *t, ThreadStack *stack, int64_t *level)
-{
-    int rc = sampler_take(&t->sampler, stack->thread, t->interval, level);
     if (rc < 0) {
         t->sample_errors++;
         return -1;
@@ -173,7 +161,7 @@ begin_event(TracerObject *t, int64_t *level, int *read_ok)
     }
     stack->in_callback = 1;
     *level = 0;
-    int folded = fold_interval(t, stack, level);
+    int folded = fold_interval(t, stack, level, 1);
     if (folded == FOLD_STALE) {
         stack->in_callback = 0;
         return NULL;
@@ -254,7 +242,7 @@ tracer_close_all_frames(TracerObject *t)
     for (int s = 0; s < t->threads.n_stacks; s++) {
         ThreadStack *stack = t->threads.stacks[s];
         int64_t level = 0;
-        int read_ok = stack->depth > 0 && fold_last(t, stack, &level) == 0;
+        int read_ok = stack->depth > 0 && fold_interval(t, stack, &level, 0) == 0;
         while (stack->depth > 0) {
             int top = stack->depth - 1;
             commit_line(t, stack, top, read_ok ? level : stack->frames[top].start_level, -1);
@@ -269,7 +257,7 @@ tracer_fold_now(TracerObject *t)
     ThreadStack *stack = current_stack(t);
     int64_t level;
     if (stack != NULL && stack->depth > 0) {
-        fold_interval(t, stack, &level);
+        fold_interval(t, stack, &level, 1);
     }
 }
 
