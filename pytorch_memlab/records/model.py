@@ -149,7 +149,7 @@ class Profile:
     run: Optional[dict[str, Any]] = None    # `python -m pytorch_memlab run`: argv, status
     versions: dict[str, str] = field(default_factory=dict)   # VERSION_KEYS that are known
     created: Optional[str] = None     # UTC, ISO 8601
-    schema_version: int = 1
+    schema_version: int = 1           # the version a file was read from (writing: the current)
     extra: dict[str, Any] = field(default_factory=dict)   # keys kept as read (a rank's "rank")
     notes: list[str] = field(default_factory=list)   # shown under the tables, never saved
     # column -> its kind and unit: as the source declared them (the live
