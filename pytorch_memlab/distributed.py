@@ -107,12 +107,12 @@ def read_rank_dir(out_dir: str, run_id: Optional[str] = None) -> list[dict[str, 
 
 def merged_text(docs: list[dict[str, Any]], out_dir: Optional[str] = None,
                 world_size: Optional[int] = None) -> str:
-    from .reports.rank_table import merge, render_ranks_text
+    from .reports.rank_table import RankTextReport, merge
     where = out_dir or "the output folder"
     present = {d["rank"]["rank"] for d in docs}
     size = max([world_size or 0] + [int(d["rank"].get("world_size") or 0) for d in docs])
     missing = {r: f"no {rank_path(where, r)}" for r in range(size) if r not in present}
-    return render_ranks_text(merge(docs, world_size, missing))
+    return RankTextReport().render(merge(docs, world_size, missing))
 
 
 class RankReporter:

@@ -16,26 +16,19 @@ import importlib
 import os
 import warnings
 from types import ModuleType
-from typing import Any, Iterable, NamedTuple, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from pytorch_memlab import _tracer
 from pytorch_memlab._install import rebuild_command
 from pytorch_memlab._tracer import Tracer
+from pytorch_memlab.records.meanings import Field
+from pytorch_memlab.records.meanings import torch_meaning as _torch_meaning
 
 # The line-event mechanism in use: "monitoring" (3.12+) or "settrace".
 MECHANISM: str = _tracer.MECHANISM
 
 __all__ = ["MECHANISM", "Field", "Tracer", "field_meaning", "field_table", "get_source",
            "install_thread_hook", "prepare", "sample", "source_fields"]
-
-
-class Field(NamedTuple):
-    """What a source's field is, as its source declares it
-    (``memlab_field`` in include/memlab/source.h)."""
-
-    name: str       # e.g. "active_bytes.all.peak"
-    kind: str       # "level", "peak" (highest level since the last reading) or "counter"
-    unit: str       # "bytes" or "count"
 
 
 def install_thread_hook() -> None:
@@ -230,19 +223,6 @@ def field_meaning(column: str) -> Field:
             if _shim_capsule(kind)[0] is not None:
                 _meanings.update((f.name, f) for f in field_table(kind))
     return _meanings.get(column) or _torch_meaning(column)
-
-
-def _torch_meaning(key: str) -> Field:
-    """torch.cuda.memory_stats() says what a key measures only through its
-    name: "<family>[.<pool>].<metric>" with metric current / peak /
-    allocated / freed, bytes when the family ends in "_bytes", plus scalars
-    (counts, except max_split_size).  The rule for the fallback source, which
-    has no contract to read."""
-    family, _, _ = key.partition(".")
-    metric = key.rsplit(".", 1)[-1] if "." in key else ""
-    kind = {"peak": "peak", "allocated": "counter", "freed": "counter"}.get(metric, "level")
-    unit = "bytes" if family.endswith("_bytes") or key == "max_split_size" else "count"
-    return Field(key, kind, unit)
 
 
 def _flatten(stats: dict[str, Any]) -> dict[str, int]:

@@ -277,13 +277,19 @@ class LineProfiler:
                 notes.append(untraced_note(entry.qualname, calls, entry.compiled))
         return notes
 
+    def _meanings(self) -> dict[str, native.Field]:
+        """Kind and unit of each recorded column, as its source declares it: the
+        one place a profile learns them (reports and saved files read these)."""
+        return {c: native.field_meaning(c) for c in self.columns}
+
     def display(self, func: Any = None, columns: ColumnsArg = None) -> ProfileDisplay:
         """A table of ``func`` (a function, a qualname, a list of them; None: all)
         that renders as HTML in notebooks and as text with ``print``/``repr``."""
         records = self.stats(func, columns)
         with self._lock:
             notes = self._untraced_notes(self._selected(func), records)
-        return ProfileDisplay(Profile(records, list(self.columns), self.devices, notes=notes))
+        return ProfileDisplay(Profile(records, list(self.columns), self.devices, notes=notes,
+                                      meanings=self._meanings()))
 
     def print_stats(self, func: Any = None, columns: ColumnsArg = None,
                     stream: Optional[IO[str]] = None) -> None:
@@ -313,7 +319,8 @@ class LineProfiler:
                                            platform.python_version())))
         return Profile(self._export_records(), list(self.columns), self.devices,
                        self.timeline, versions=versions,
-                       created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                       created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                       meanings=self._meanings())
 
     def to_dict(self) -> dict[str, Any]:
         """Everything ``save`` writes to JSON (the schema: ``records.document``)."""

@@ -9,8 +9,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from ..common.devices import DeviceSpec, device_matches, parse_device
+from ..reports.base import Reporter
 from .blocks import BlockRow
-from .text import format_report
+from .text import MemReportText
 
 REPORT_DEVICES = ("None (every device), a str such as 'cpu', 'cuda' (every CUDA device) or "
                   "'cuda:0', an int (a CUDA index) or a torch.device")
@@ -103,7 +104,9 @@ class MemReport:
                            "skipped": self.skipped}, **dumps_kwargs)
 
     def format(self, verbose: Optional[bool] = None) -> str:
-        return format_report(self, self.verbose if verbose is None else verbose)
+        reporter: Reporter[MemReport] = MemReportText(
+            self.verbose if verbose is None else verbose)
+        return reporter.render(self)
 
     def __str__(self) -> str:
         return self.format()

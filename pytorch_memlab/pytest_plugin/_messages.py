@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 from ..common.sizes import iec_size, readable_size
 from ..records.model import FunctionRecord, LineRecord, Profile
-from ..reports.text import TextReport
+from ..reports.base import reporter_for
 from ._markers import LIMIT, NO_GROWTH, Request
 from ._measure import PEAK, DeviceResult, record_peak
 
@@ -21,7 +21,7 @@ _HEADER_ROWS = 5      # "## name", blank, device row, two heading rows (see repo
 
 def marked_table(record: FunctionRecord, marks: dict[int, str]) -> str:
     """The text table of ``record`` with ``marks[lineno]`` after those lines."""
-    rows = TextReport().render(Profile([record], record.columns, [record.device])) \
+    rows = reporter_for("text").render(Profile([record], record.columns, [record.device])) \
         .rstrip("\n").split("\n")
     for k, line in enumerate(record["lines"]):
         note = marks.get(line["lineno"])

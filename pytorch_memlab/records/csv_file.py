@@ -1,14 +1,16 @@
 """The CSV file: one row per source line of every function and device, with
 the header ``qualname, filename, first_line, device, lineno, count,
 net_growth, <columns...>, raised, code``; an empty cell is a null.  It has no
-versions or timeline."""
+versions or timeline, and no slot for what each column measures: reading one
+derives the columns' kinds and units from their names by torch's naming rule
+(``records.meanings``), as for a JSON file of schema version 1."""
 from __future__ import annotations
 
 import csv
 import io
 from typing import IO, Any, Optional, Sequence
 
-from .document import RECORD_KEYS, SCHEMA_VERSION
+from .document import RECORD_KEYS, SCHEMA_VERSION, meanings_of
 from .model import GROWTH, FunctionRecord, LineRecord, Profile
 
 _NUMBERS = ("lineno", "count", GROWTH)
@@ -86,4 +88,5 @@ def loads(text: str, where: str) -> Profile:
                                                   row[-2] or None))
     except csv.Error as exc:
         raise ValueError(f"{where}, row {number + 1}: {exc}") from None
-    return Profile(functions, list(columns), devices, schema_version=SCHEMA_VERSION)
+    return Profile(functions, list(columns), devices, schema_version=SCHEMA_VERSION,
+                   meanings=meanings_of(columns))

@@ -1,16 +1,19 @@
 """A profile as the JSON document ``LineProfiler.save`` writes, and back.
 
-Schema version 1 (``SCHEMA_VERSION``)::
+Schema version 2 (``SCHEMA_VERSION``)::
 
     {
       "format": "pytorch_memlab.line_profile",
-      "schema_version": 1,
+      "schema_version": 2,
       "pytorch_memlab_version": "1.0.0",
       "torch_version": "2.13.0+cpu",
       "python_version": "3.11.9",
       "created": "2025-06-01T12:00:00+00:00",       # UTC, ISO 8601
       "devices": ["cpu"],                            # column groups, in order
       "columns": ["active_bytes.all.peak", "reserved_bytes.all.peak"],
+      "column_meanings": {                           # every column of the file
+        "active_bytes.all.peak": {"kind": "peak", "unit": "bytes"},
+        "reserved_bytes.all.peak": {"kind": "peak", "unit": "bytes"}},
       "functions": [                                 # one per function and device
         {"qualname": "Net.forward", "filename": "/src/train.py", "first_line": 12,
          "device": "cpu",
@@ -41,20 +44,32 @@ the innermost function an out-of-memory error escaped also has a
 accepts any file whose schema_version is not newer than its own and ignores
 keys it does not know (keeping them, as a torchrun rank's ``"rank"``); a change
 of meaning bumps the version.
+
+``column_meanings`` (new in version 2) says what each column of the file
+(``columns`` and any other a function record has) measures, as the memory
+source declared it when the profile was taken: ``kind`` is "level", "peak" or
+"counter" (how lines were aggregated, above) and ``unit`` "bytes" or "count"
+(how a report shows the figure).  A report reads it and never asks the native
+boundary.  A version 1 file has no such key: its meanings are derived once, at
+load, from each column's name by torch's naming rule
+(``records.meanings.torch_meaning``), which is what version 1 meant; so is a
+column a version 2 file leaves out.  The CSV has no slot for them and is
+read the same way.
 """
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from .meanings import KINDS, UNITS, Field, torch_meaning
 from .model import (GROWTH, VERSION_KEYS, FunctionRecord, LineRecord, Profile,
                     TimelineRow)
 
 FORMAT = "pytorch_memlab.line_profile"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RECORD_KEYS = ("qualname", "filename", "first_line", "device")
 _LINE_KEYS = ("lineno", "code", "count", GROWTH, "raised")
-_KNOWN = {"format", "schema_version", "created", "devices", "columns", "functions",
-          "timeline", "run", *VERSION_KEYS}
+_KNOWN = {"format", "schema_version", "created", "devices", "columns", "column_meanings",
+          "functions", "timeline", "run", *VERSION_KEYS}
 
 
 def all_columns(columns: Sequence[str], functions: Sequence[FunctionRecord]) -> list[str]:
@@ -65,14 +80,27 @@ def all_columns(columns: Sequence[str], functions: Sequence[FunctionRecord]) -> 
     return names
 
 
+def meanings_of(columns: Sequence[str],
+                recorded: Optional[dict[str, Field]] = None) -> dict[str, Field]:
+    """Kind and unit of each of ``columns``: the ``recorded`` one, else by
+    torch's naming rule (a file that recorded none)."""
+    known = recorded or {}
+    return {c: known.get(c) or torch_meaning(c) for c in columns}
+
+
 def to_document(profile: Profile) -> dict[str, Any]:
-    """The JSON document of ``profile`` (see the module docstring)."""
-    data: dict[str, Any] = {"format": FORMAT, "schema_version": profile.schema_version}
+    """The JSON document of ``profile`` (see the module docstring), in this
+    version's schema whatever version it was read from."""
+    data: dict[str, Any] = {"format": FORMAT, "schema_version": SCHEMA_VERSION}
     data.update((k, profile.versions[k]) for k in VERSION_KEYS if k in profile.versions)
     if profile.created is not None:
         data["created"] = profile.created
     data["devices"] = list(profile.devices)
     data["columns"] = list(profile.columns)
+    data["column_meanings"] = {
+        c: {"kind": m.kind, "unit": m.unit}
+        for c, m in meanings_of(all_columns(profile.columns, profile.functions),
+                                profile.meanings).items()}
     data["functions"] = [record.to_dict() for record in profile.functions]
     data["timeline"] = [dict(row) for row in profile.timeline]
     data["run"] = profile.run
@@ -140,6 +168,27 @@ class _Reader:
                    for i, line in enumerate(lines)],
             postmortem=postmortem)
 
+    def meanings(self, obj: Any) -> dict[str, Field]:
+        if not isinstance(obj, dict):
+            raise self.fail("column_meanings", f"it is {_show(obj)}; expected an object "
+                            "of column names")
+        out = {}
+        for column, meaning in obj.items():
+            place = f"column_meanings[{column!r}]"
+            if not isinstance(meaning, dict):
+                raise self.fail(place, f"it is {_show(meaning)}; expected "
+                                "{\"kind\": ..., \"unit\": ...}")
+            kind = self.typed(meaning, "kind", str, place, " or ".join(map(repr, KINDS)))
+            unit = self.typed(meaning, "unit", str, place, " or ".join(map(repr, UNITS)))
+            if kind not in KINDS:
+                raise self.fail(place, f"'kind' is {kind!r}; expected "
+                                + " or ".join(map(repr, KINDS)))
+            if unit not in UNITS:
+                raise self.fail(place, f"'unit' is {unit!r}; expected "
+                                + " or ".join(map(repr, UNITS)))
+            out[column] = Field(column, kind, unit)
+        return out
+
     def timeline(self, rows: Any) -> list[TimelineRow]:
         if not isinstance(rows, list):
             raise self.fail("timeline", f"it is {_show(rows)}; expected a list")
@@ -187,8 +236,10 @@ def from_document(data: Any, where: str) -> Profile:
     run: Optional[dict[str, Any]] = data.get("run")
     if run is not None and not isinstance(run, dict):
         raise read.fail("run", f"it is {_show(run)}; expected an object or null")
+    recorded = read.meanings(data["column_meanings"]) if "column_meanings" in data else {}
+    meanings = {**recorded, **meanings_of(all_columns(columns, functions), recorded)}
     return Profile(
-        functions=functions, columns=columns, devices=list(devices),
+        functions=functions, columns=columns, devices=list(devices), meanings=meanings,
         timeline=read.timeline(data.get("timeline") or []), run=run,
         versions={k: str(data[k]) for k in VERSION_KEYS if data.get(k) is not None},
         created=data.get("created"), schema_version=version,

@@ -13,6 +13,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, TypedDict
 
+from .meanings import Field, torch_meaning
+
 # Net growth of active bytes: always recorded, shown after the chosen columns.
 GROWTH = "net_growth"
 
@@ -124,6 +126,14 @@ class TimelineRow(TypedDict):
     reserved_bytes: int
 
 
+def column_unit(column: str, meanings: Mapping[str, Field]) -> str:
+    """"bytes" or "count": net growth is in bytes, a column as ``meanings``
+    record it, else as torch names it."""
+    if column == GROWTH:
+        return "bytes"
+    return (meanings.get(column) or torch_meaning(column)).unit
+
+
 # The versions a saved profile records, in the order the file lists them.
 VERSION_KEYS = ("pytorch_memlab_version", "torch_version", "python_version")
 
@@ -139,13 +149,26 @@ class Profile:
     run: Optional[dict[str, Any]] = None    # `python -m pytorch_memlab run`: argv, status
     versions: dict[str, str] = field(default_factory=dict)   # VERSION_KEYS that are known
     created: Optional[str] = None     # UTC, ISO 8601
-    schema_version: int = 1
+    schema_version: int = 1           # the version a file was read from (writing: the current)
     extra: dict[str, Any] = field(default_factory=dict)   # keys kept as read (a rank's "rank")
     notes: list[str] = field(default_factory=list)   # shown under the tables, never saved
+    # column -> its kind and unit: as the source declared them (the live
+    # profiler asks the native boundary once), as the file recorded them, or
+    # for a file that recorded none, by torch's naming rule when it was read
+    meanings: dict[str, Field] = field(default_factory=dict)
+
+    def meaning(self, column: str) -> Field:
+        """Kind and unit of ``column``: the recorded one; for a column none was
+        recorded for (a profile built by hand), torch's naming rule."""
+        return self.meanings.get(column) or torch_meaning(column)
+
+    def unit(self, column: str) -> str:
+        """"bytes" or "count"; net growth is in bytes."""
+        return column_unit(column, self.meanings)
 
     def select(self, functions: Sequence[FunctionRecord]) -> Profile:
         """The same profile showing only ``functions``."""
         return Profile(list(functions), self.columns, self.devices, self.timeline, self.run,
                        self.versions, self.created, self.schema_version, self.extra,
-                       self.notes)
+                       self.notes, self.meanings)
 

@@ -119,7 +119,8 @@ class SavedProfile:
         return dataframe(self.stats(func, columns))
 
     def to_dict(self) -> dict[str, Any]:
-        """The document as read (JSON schema of ``records.document``)."""
+        """The document as read, in the current JSON schema of
+        ``records.document`` (a version 1 file gains its ``column_meanings``)."""
         return to_document(self.profile)
 
     def save(self, path: PathArg, format: Optional[str] = None) -> None:

@@ -3,8 +3,7 @@ table elsewhere (``repr``/``print``)."""
 from __future__ import annotations
 
 from ..records.model import Profile
-from .notebook import NotebookReport
-from .text import TextReport
+from .base import Reporter, reporter_for
 
 
 def untraced_note(qualname: str, calls: int, compiled: bool) -> str:
@@ -22,15 +21,17 @@ def untraced_note(qualname: str, calls: int, compiled: bool) -> str:
 class ProfileDisplay:
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
+        self.text: Reporter[Profile] = reporter_for("text")
+        self.notebook: Reporter[Profile] = reporter_for("notebook")
 
     @property
     def records(self) -> list:   # type: ignore[type-arg]
         return self.profile.functions
 
     def __repr__(self) -> str:
-        return TextReport().render(self.profile)
+        return self.text.render(self.profile)
 
     __str__ = __repr__
 
     def _repr_html_(self) -> str:
-        return NotebookReport().render(self.profile)
+        return self.notebook.render(self.profile)

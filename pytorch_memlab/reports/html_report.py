@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import html
 import os
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Sequence, Union
 
 from ..common.sizes import readable_size
 from ..records import saved
 from ..records.document import from_document
 from ..records.model import Profile, TimelineRow
+from .base import Reporter
 from .notebook import COLORS, SHRINK
-from .postmortem_text import format_postmortem
-from .sections import (Section, cell, count_cell, idle_note, raised_note, scales,
-                       sections, title)
+from .sections import Figure, Table, render_sections, title
 _ACTIVE, _RESERVED = COLORS[0], COLORS[1]
 
 _CSS = """
@@ -100,24 +99,25 @@ def _profile(profile: ProfileArg) -> Profile:
                     "a SavedProfile, a saved profile's path or its dict")
 
 
-def _figure(column: str, value: Optional[int], scale: int, color: str) -> str:
+def _figure(figure: Figure) -> str:
+    value, scale = figure.value, figure.scale
     if value is None:
         return '<td class="fig" data-v=""></td>'
     bar = ""
     if scale > 0 and value != 0:
         width = max(0.5, min(100.0, 100.0 * abs(value) / scale))
-        fill = SHRINK if value < 0 else color
+        fill = SHRINK if value < 0 else COLORS[figure.index % len(COLORS)]
         bar = f'<div class="bar" style="width:{width:.1f}%;background:{fill}"></div>'
-    text = html.escape(cell(column, value))
+    text = html.escape(figure.text)
     return f'<td class="fig" data-v="{value}" title="{value:,}">{bar}<span>{text}</span></td>'
 
 
-def _section(section: Section, full: dict[tuple[str, str], int]) -> str:
+def _section(section: Table) -> str:
     columns = section.columns
     groups = "".join(f'<th class="group" colspan="{len(columns)}">{html.escape(d)}</th>'
-                     for d in section.devices)
+                     for d in section.groups)
     heads, col = [], 0
-    for device in section.devices:
+    for device in section.groups:
         for column in columns:
             top, rest = title(column)
             key = html.escape(f"{device}/{column}")
@@ -128,30 +128,32 @@ def _section(section: Section, full: dict[tuple[str, str], int]) -> str:
     heads.append(f'<th class="sort asc" data-col="{col + 1}" data-key="line">line</th>')
     heads.append('<th style="text-align:left">code</th>')
     rows = []
-    for first, lines in section.rows():
-        tds = []
-        for device, line in zip(section.devices, lines):
-            for c, column in enumerate(columns):
-                tds.append(_figure(column, line.figure(column), full.get((device, column), 0),
-                                   COLORS[c % len(COLORS)]))
-        count = count_cell(first)
-        tds.append(f'<td data-v="{count}">{count}</td>')
-        tds.append(f'<td data-v="{first.lineno}">{first.lineno}</td>')
-        note = raised_note(first.raised)
-        code = html.escape(first.code) + (
-            f' <b class="raised">{html.escape(note)}</b>' if note else "")
+    for row in section.rows:
+        tds = [_figure(f) for f in row.figures]
+        tds.append(f'<td data-v="{row.count}">{row.count}</td>')
+        tds.append(f'<td data-v="{row.lineno}">{row.lineno}</td>')
+        code = html.escape(row.code) + (
+            f' <b class="raised">{html.escape(row.note)}</b>' if row.note else "")
         tds.append(f'<td class="code">{code}</td>')
-        cls = "raised" if note else ("" if first.ran else "idle")
+        cls = "raised" if row.note else ("" if row.ran else "idle")
         attr = f' class="{cls}"' if cls else ""
-        rows.append(f'<tr data-line="{first.lineno}"{attr}>{"".join(tds)}</tr>')
+        rows.append(f'<tr data-line="{row.lineno}"{attr}>{"".join(tds)}</tr>')
     where = f"{section.filename}:{section.first_line}"
     pm = section.postmortem
-    after = "" if pm is None else f"<pre>{html.escape(format_postmortem(pm, section.qualname))}</pre>"
+    after = "" if pm is None else f"<pre>{html.escape(pm)}</pre>"
     return (f"<section><h2>{html.escape(section.qualname)}</h2>"
             f'<p class="where">{html.escape(where)}</p>'
             f'<table class="prof"><thead><tr>{groups}<th colspan="3"></th></tr>'
             f"<tr>{''.join(heads)}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
             f"{after}</section>")
+
+
+class _HtmlStyle:
+    def section(self, table: Table) -> str:
+        return _section(table)
+
+    def note(self, text: str) -> str:
+        return f"<p>{html.escape(text)}</p>"
 
 
 def _timeline_svg(device: str, rows: Sequence[TimelineRow]) -> str:
@@ -229,14 +231,8 @@ def _meta(profile: Profile) -> str:
 
 
 def _body(profile: Profile) -> list[str]:
-    shown, idle = sections(profile.functions)
-    full = scales(shown)
-    body = [f'<p class="meta">{_meta(profile)}</p>', _timeline(profile.timeline)]
-    body += [_section(s, full) for s in shown]
-    note = idle_note(idle, bool(shown))
-    if note:
-        body.append(f"<p>{html.escape(note)}</p>")
-    return body
+    return ([f'<p class="meta">{_meta(profile)}</p>', _timeline(profile.timeline)]
+            + render_sections(profile, _HtmlStyle()))
 
 
 def _page(title_text: str, body: Sequence[str], script: str = "") -> str:
@@ -247,7 +243,7 @@ def _page(title_text: str, body: Sequence[str], script: str = "") -> str:
 
 
 class HtmlReport:
-    """The report page of one profile."""
+    """The report page of one profile (a ``Reporter[Profile]``)."""
 
     def __init__(self, title_text: str = "pytorch_memlab line profile") -> None:
         self.title_text = title_text
@@ -258,7 +254,8 @@ class HtmlReport:
 
 def render_report(profile: ProfileArg, title_text: str = "pytorch_memlab line profile") -> str:
     """The report as one HTML string."""
-    return HtmlReport(title_text).render(_profile(profile))
+    reporter: Reporter[Profile] = HtmlReport(title_text)
+    return reporter.render(_profile(profile))
 
 
 # Shows the rank picked in the selector (report.html#rank=1 opens on rank 1).
@@ -275,23 +272,39 @@ showRank();
 """
 
 
-def render_ranks_report(docs: Sequence[dict[str, Any]],
-                        title_text: str = "pytorch_memlab line profile, per rank") -> str:
+RankDocs = Sequence[dict[str, Any]]
+
+
+class RanksHtmlReport:
     """One report for the rank profiles of a torchrun job: the merged text
-    table, and each rank's full report behind a rank selector."""
-    from ..distributed import merged_text
-    ordered = sorted(docs, key=lambda d: d["rank"]["rank"])
-    options = "".join(f'<option value="{d["rank"]["rank"]}">rank {d["rank"]["rank"]} '
-                      f'({html.escape(", ".join(d.get("devices") or []))})</option>'
-                      for d in ordered)
-    body = ['<h2>all ranks</h2><pre class="merged">'
-            f"{html.escape(merged_text(list(ordered)))}</pre>",
-            f'<p><label>rank <select id="rank">{options}</select></label></p>']
-    for doc in ordered:
-        rank = doc["rank"]["rank"]
-        page = "".join(_body(from_document(doc, f"rank {rank}'s profile")))
-        body.append(f'<div class="rank" data-rank="{rank}">{page}</div>')
-    return _page(title_text, body, _RANK_JS)
+    table, and each rank's full report behind a rank selector (a
+    ``Reporter[RankDocs]``: it reads the rank documents, which carry the ranks'
+    whole profiles)."""
+
+    def __init__(self, title_text: str = "pytorch_memlab line profile, per rank") -> None:
+        self.title_text = title_text
+
+    def render(self, docs: RankDocs) -> str:
+        from ..distributed import merged_text
+        ordered = sorted(docs, key=lambda d: d["rank"]["rank"])
+        options = "".join(f'<option value="{d["rank"]["rank"]}">rank {d["rank"]["rank"]} '
+                          f'({html.escape(", ".join(d.get("devices") or []))})</option>'
+                          for d in ordered)
+        body = ['<h2>all ranks</h2><pre class="merged">'
+                f"{html.escape(merged_text(list(ordered)))}</pre>",
+                f'<p><label>rank <select id="rank">{options}</select></label></p>']
+        for doc in ordered:
+            rank = doc["rank"]["rank"]
+            page = "".join(_body(from_document(doc, f"rank {rank}'s profile")))
+            body.append(f'<div class="rank" data-rank="{rank}">{page}</div>')
+        return _page(self.title_text, body, _RANK_JS)
+
+
+def render_ranks_report(docs: RankDocs,
+                        title_text: str = "pytorch_memlab line profile, per rank") -> str:
+    """``RanksHtmlReport``'s page of ``docs``."""
+    reporter: Reporter[RankDocs] = RanksHtmlReport(title_text)
+    return reporter.render(docs)
 
 
 def write_ranks_report(docs: Sequence[dict[str, Any]],

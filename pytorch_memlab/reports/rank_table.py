@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from ..records.document import from_document
-from ..records.model import GROWTH, LineRecord
-from .sections import cell, raised_note
-from .text import table
+from ..records.meanings import Field
+from ..records.model import GROWTH, LineRecord, column_unit
+from .sections import Figure, Row, Table, cell, raised_note
+from .text import section_text
 
 MAX_RANK_GROUPS = 4
 
@@ -40,6 +41,10 @@ class RankedProfile:
     exit_status: dict[int, Optional[int]]
     functions: list[RankedFunction]
     missing: dict[int, str]
+    meanings: dict[str, Field] = field(default_factory=dict)   # as the ranks' files say
+
+    def unit(self, column: str) -> str:
+        return column_unit(column, self.meanings)
 
 
 def rank_of(doc: dict[str, Any]) -> int:
@@ -61,11 +66,15 @@ def merge(docs: Sequence[dict[str, Any]], world_size: Optional[int] = None,
     absent = {r: why.get(r, "sent nothing") for r in range(size) if r not in by_rank}
     functions: dict[tuple[str, int, str], RankedFunction] = {}
     devices, status = {}, {}
+    meanings: dict[str, Field] = {}
     for rank in sorted(by_rank):
         doc = by_rank[rank]
         devices[rank] = ", ".join(doc.get("devices") or [])
         status[rank] = (doc.get("run") or {}).get("exit_status")
-        for record in from_document(doc, f"rank {rank}'s profile").functions:
+        profile = from_document(doc, f"rank {rank}'s profile")
+        for column, meaning in profile.meanings.items():
+            meanings.setdefault(column, meaning)
+        for record in profile.functions:
             merged = functions.get(record.key)
             if merged is None:
                 merged = functions[record.key] = RankedFunction(
@@ -74,7 +83,7 @@ def merge(docs: Sequence[dict[str, Any]], world_size: Optional[int] = None,
                 merged.code.setdefault(line.lineno, line.code)
                 merged.lines.setdefault(line.lineno, {})[rank] = line
     return RankedProfile(size, sorted(by_rank), devices, status, list(functions.values()),
-                         absent)
+                         absent, meanings)
 
 
 def _ran(function: RankedFunction) -> bool:
@@ -116,35 +125,37 @@ def _groups(profile: RankedProfile) -> list[tuple[str, str]]:
     return groups
 
 
-def _figure(kind: str, column: str, per_rank: dict[int, LineRecord]) -> str:
+def _figure(kind: str, column: str, unit: str, per_rank: dict[int, LineRecord]) -> str:
     values = _values(per_rank, column)
     if kind.isdigit():
-        return cell(column, values.get(int(kind)))
+        return cell(values.get(int(kind)), unit)
     if not values:
         return ""
     top = max(values.values())
     if kind == "min":
-        return cell(column, min(values.values()))
+        return cell(min(values.values()), unit)
     if kind == "max":
-        return cell(column, top)
+        return cell(top, unit)
     if kind == "argmax":
         return str(min(r for r, v in values.items() if v == top))
-    return cell(column, top - min(values.values()))     # spread
+    return cell(top - min(values.values()), unit)     # spread
 
 
-def _function_text(function: RankedFunction, profile: RankedProfile) -> str:
+def _table(function: RankedFunction, profile: RankedProfile) -> Table:
+    """The function's section, a column group per rank (or per statistic)."""
     columns = function.columns + [GROWTH]
+    units = [profile.unit(c) for c in columns]
     groups = _groups(profile)
-    linenos = sorted(function.lines)
-    cells = [[_figure(kind, column, function.lines[n]) for _, kind in groups for column in columns]
-             for n in linenos]
-    code = []
-    for lineno in linenos:
-        note = _notes(function.lines[lineno])
-        code.append(function.code[lineno] + ("   " + note if note else ""))
-    out = table([label for label, _ in groups], columns, cells,
-                [_count(function.lines[n], profile.ranks) for n in linenos], linenos, code)
-    return f"## {function.qualname}\n\n" + "\n".join(out) + "\n"
+    rows = []
+    for lineno in sorted(function.lines):
+        per_rank = function.lines[lineno]
+        figures = [Figure(label, column, c, None, _figure(kind, column, units[c], per_rank))
+                   for label, kind in groups for c, column in enumerate(columns)]
+        rows.append(Row(lineno, function.code[lineno], _count(per_rank, profile.ranks),
+                        _notes(per_rank), any(line.ran for line in per_rank.values()),
+                        figures))
+    return Table(function.qualname, function.filename, function.first_line,
+                 [label for label, _ in groups], columns, rows)
 
 
 def summary(profile: RankedProfile) -> str:
@@ -158,10 +169,19 @@ def summary(profile: RankedProfile) -> str:
     return text + "\n"
 
 
+class RankTextReport:
+    """The merged table of several ranks (a ``Reporter[RankedProfile]``): each
+    function's section is the text report's, a column group per rank."""
+
+    def render(self, profile: RankedProfile) -> str:
+        shown = [f for f in profile.functions if _ran(f)]
+        idle = [f.qualname for f in profile.functions if not _ran(f)]
+        parts = [summary(profile)] + [section_text(_table(f, profile)) for f in shown]
+        if idle:
+            parts.append(f"(not run on any rank: {', '.join(dict.fromkeys(idle))})\n")
+        return "\n".join(parts)
+
+
 def render_ranks_text(profile: RankedProfile) -> str:
-    shown = [f for f in profile.functions if _ran(f)]
-    idle = [f.qualname for f in profile.functions if not _ran(f)]
-    parts = [summary(profile)] + [_function_text(f, profile) for f in shown]
-    if idle:
-        parts.append(f"(not run on any rank: {', '.join(dict.fromkeys(idle))})\n")
-    return "\n".join(parts)
+    """``RankTextReport``'s table of ``profile``."""
+    return RankTextReport().render(profile)

@@ -1,13 +1,15 @@
-"""What every table shares: the per-device records of one function grouped
-into a section, the two-row title of each column, and each cell's text."""
+"""The one walk every table format shares: a profile's records grouped into a
+section per function (a column group per device), each line's cells, notes
+and bar scales worked out once, as a ``Table`` a format only styles (text,
+notebook and HTML reports; the rank table builds its ``Table`` from ranks)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
-from .. import native
 from ..common.sizes import readable_size
-from ..records.model import GROWTH, FunctionRecord, LineRecord
+from ..records.model import GROWTH, FunctionRecord, LineRecord, Profile
+from .postmortem_text import format_postmortem
 
 GROWTH_TITLE = ("active_bytes", "net growth")
 
@@ -62,12 +64,11 @@ def title(column: str) -> tuple[str, str]:
     return family, rest
 
 
-def cell(column: str, value: Optional[int]) -> str:
+def cell(value: Optional[int], unit: str) -> str:
+    """A figure as a table shows it: a size for bytes, else the number."""
     if value is None:
         return ""
-    if column == GROWTH or native.field_meaning(column).unit == "bytes":
-        return readable_size(value)
-    return str(value)
+    return readable_size(value) if unit == "bytes" else str(value)
 
 
 def count_cell(line: LineRecord) -> str:
@@ -103,3 +104,80 @@ def idle_note(idle: Sequence[str], any_shown: bool) -> str:
         return f"(not run while profiling: {', '.join(idle)})"
     return ("No profiled function ran while the profiler was enabled "
             f"(registered: {', '.join(idle)}).")
+
+
+# ---- the walk ------------------------------------------------------------------------
+
+@dataclass
+class Figure:
+    """One cell of a column group: ``text`` as shown, ``value`` (None where the
+    cell is not one measured figure), ``scale`` the full length of its bar (0:
+    no bar)."""
+
+    group: str
+    column: str
+    index: int              # the column's place in its group: its colour
+    value: Optional[int]
+    text: str
+    scale: int = 0
+
+
+@dataclass
+class Row:
+    """One source line: its figures, group by group, then the line itself."""
+
+    lineno: int
+    code: str
+    count: str
+    note: str               # "<-- X raised here" ("" for none)
+    ran: bool
+    figures: list[Figure]
+
+
+@dataclass
+class Table:
+    """One function's section, ready to be styled."""
+
+    qualname: str
+    filename: str
+    first_line: int
+    groups: list[str]       # column group labels: devices, or ranks
+    columns: list[str]      # the columns of each group, growth last
+    rows: list[Row]
+    postmortem: Optional[str] = None   # the formatted post-mortem, if any
+
+
+def _table(section: Section, profile: Profile, full: dict[tuple[str, str], int]) -> Table:
+    columns = section.columns
+    units = [profile.unit(c) for c in columns]
+    rows = []
+    for first, lines in section.rows():
+        figures = [Figure(device, column, c, line.figure(column),
+                          cell(line.figure(column), units[c]), full.get((device, column), 0))
+                   for device, line in zip(section.devices, lines)
+                   for c, column in enumerate(columns)]
+        rows.append(Row(first.lineno, first.code, count_cell(first),
+                        raised_note(first.raised), first.ran, figures))
+    pm = section.postmortem
+    return Table(section.qualname, section.filename, section.first_line, section.devices,
+                 columns, rows, None if pm is None else format_postmortem(pm, section.qualname))
+
+
+class Style(Protocol):
+    """What a format decides: how a section, and the note under them, look."""
+
+    def section(self, table: Table) -> str: ...
+
+    def note(self, text: str) -> str: ...
+
+
+def render_sections(profile: Profile, style: Style) -> list[str]:
+    """The one section renderer: each function that ran as ``style`` shows it,
+    then the note on those that did not (or on there being none)."""
+    shown, idle = sections(profile.functions)
+    full = scales(shown)
+    parts = [style.section(_table(s, profile, full)) for s in shown]
+    note = idle_note(idle, bool(shown))
+    if note:
+        parts.append(style.note(note))
+    return parts

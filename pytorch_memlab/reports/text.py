@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..records.model import Profile
-from .postmortem_text import format_postmortem
-from .sections import Section, cell, count_cell, idle_note, raised_note, sections, title
+from .sections import Table, render_sections, title
 
 SEP = "  "
 
@@ -48,33 +47,31 @@ def table(groups: Sequence[str], columns: Sequence[str], cells: Sequence[Sequenc
     return [line.rstrip() for line in out]
 
 
-def _section(section: Section) -> str:
-    rows = section.rows()
-    cells = [[cell(c, line.figure(c)) for line in lines for c in section.columns]
-             for _, lines in rows]
-    code = []
-    for first, _ in rows:
-        note = raised_note(first.raised)
-        code.append(first.code + ("   " + note if note else ""))
-    out = table(section.devices, section.columns, cells,
-                [count_cell(first) for first, _ in rows], [first.lineno for first, _ in rows],
-                code)
+def section_text(section: Table) -> str:
+    """A section as text: its title, the table, then the post-mortem if any."""
+    cells = [[figure.text for figure in row.figures] for row in section.rows]
+    code = [row.code + ("   " + row.note if row.note else "") for row in section.rows]
+    out = table(section.groups, section.columns, cells, [row.count for row in section.rows],
+                [row.lineno for row in section.rows], code)
     text = f"## {section.qualname}\n\n" + "\n".join(out) + "\n"
     if section.postmortem is not None:
-        text += "\n" + format_postmortem(section.postmortem, section.qualname) + "\n"
+        text += "\n" + section.postmortem + "\n"
     return text
 
 
+class _TextStyle:
+    def section(self, table: Table) -> str:
+        return section_text(table)
+
+    def note(self, text: str) -> str:
+        return text + "\n"
+
+
 class TextReport:
-    """What ``print_stats`` and ``repr`` show."""
+    """What ``print_stats`` and ``repr`` show (a ``Reporter[Profile]``)."""
 
     def render(self, profile: Profile) -> str:
-        shown, idle = sections(profile.functions)
-        parts = [_section(s) for s in shown]
-        note = idle_note(idle, bool(shown))
-        if note:
-            parts.append(note + "\n")
-        text = "\n\n".join(parts)
+        text = "\n\n".join(render_sections(profile, _TextStyle()))
         for note in profile.notes:
             text += note + "\n"
         return text
