@@ -68,3 +68,68 @@ def test_memlab_option_without_torch_is_a_usage_error(tmp_path):
     assert "ERROR: --memlab measures tensor memory, which needs torch: import torch failed (" \
         in proc.stderr, out
     assert "Traceback" not in out, out
+
+
+# ---- a truncated CSV ----------------------------------------------------------------
+
+DOC = {
+    "format": "pytorch_memlab.line_profile", "schema_version": 1,
+    "devices": ["cpu"], "columns": ["active_bytes.all.peak"],
+    "functions": [{
+        "qualname": "work", "filename": "/src/w.py", "first_line": 1, "device": "cpu",
+        "columns": ["active_bytes.all.peak"],
+        "lines": [{"lineno": n, "code": f"    x{n} = 'a, \"b\"'", "count": 1,
+                   "net_growth": 1024 * n, "active_bytes.all.peak": 4096 * n,
+                   "raised": None} for n in range(1, 6)]}],
+    "timeline": [], "run": None}
+
+
+@pytest.fixture
+def csv_text(tmp_path):
+    import json
+
+    from pytorch_memlab.records.saved import load
+    (tmp_path / "p.json").write_text(json.dumps(DOC))
+    load(tmp_path / "p.json").save(tmp_path / "p.csv")
+    return (tmp_path / "p.csv").read_text()
+
+
+def _lines(saved):
+    return [(r.qualname, [(l.lineno, l.count, l.net_growth, l.raised, l.code) for l in r.lines])
+            for r in saved.stats()]
+
+
+def _cuts(text):
+    """The file cut at each row boundary and inside each row's last cell."""
+    ends = [i + 1 for i, c in enumerate(text) if c == "\n"][:-1]   # not the whole file
+    yield from ((f"after row {k + 1}", text[:end]) for k, end in enumerate(ends))
+    yield from ((f"inside row {k + 2}", text[:end - 2]) for k, end in enumerate(ends[1:]))
+    yield "inside the last cell", text[:-2]
+
+
+def test_truncated_csv_is_refused_by_load_and_view(csv_text, tmp_path):
+    from pytorch_memlab.records.saved import load
+    assert _lines(load(tmp_path / "p.csv")) == _lines(load(tmp_path / "p.json"))
+    for how, text in _cuts(csv_text):
+        if text.count("\n") < 1:
+            continue            # not even the header: refused as not a profile
+        (tmp_path / "cut.csv").write_text(text)
+        with pytest.raises(ValueError, match=r"cut\.csv is cut short \(truncated\?\)"):
+            load(tmp_path / "cut.csv")
+            pytest.fail(f"cut {how}: loaded")
+    (tmp_path / "cut.csv").write_text(csv_text[:-3])
+    proc = subprocess.run([sys.executable, "-m", "pytorch_memlab", "view", "cut.csv"],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("pytorch_memlab view: error: cut.csv: ") and "cut short" in line
+
+
+def test_csv_written_before_the_closing_row_still_loads(csv_text, tmp_path):
+    from pytorch_memlab.records.saved import load
+    rows = csv_text.splitlines(True)
+    assert rows[0].startswith('"qualname",') and rows[-1] == "#end,5\n"
+    old = rows[0][len('"qualname"'):]
+    (tmp_path / "old.csv").write_text("qualname" + old + "".join(rows[1:-1]))
+    assert _lines(load(tmp_path / "old.csv")) == _lines(load(tmp_path / "p.json"))
