@@ -174,11 +174,22 @@ class StopWriter:
             finally:
                 self._written.set()
 
+    def _watched(self) -> bool:
+        """Whether the watcher is woken by signals now (main thread only): the
+        program (asyncio) may have set a wakeup fd of its own since."""
+        if self._sockets is None or self._watcher is None or not self._watcher.is_alive():
+            return False
+        try:
+            current = signal.set_wakeup_fd(-1)
+            signal.set_wakeup_fd(current, warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            return False
+        return current == self._sockets[1].fileno()
+
     def _handle(self, signum: int, frame: Optional[types.FrameType]) -> Any:
-        watcher = self._watcher
-        if watcher is None or not watcher.is_alive() \
-                or not self._written.wait(WAIT_FOR_WATCHER_S):
-            # Reentrant: the watcher may wait on a lock this thread holds.
+        if not self._watched() or not self._written.wait(WAIT_FOR_WATCHER_S):
+            # No watcher, or it has not written: it may wait for a lock this
+            # thread holds (the profiler's, re-entrant here): write from here.
             if self._writing.acquire(timeout=WAIT_FOR_WATCHER_S):
                 self._writing.release()
             if not self._written.is_set():

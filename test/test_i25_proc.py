@@ -444,6 +444,18 @@ def test_stop_writer_keeps_its_place_and_the_programs_view():
         assert signal.signal(signal.SIGTERM, program) is signal.SIG_IGN
         signal.raise_signal(signal.SIGTERM)     # ours again, first
         assert seen[4:] == [("write", signal.SIGTERM), ("program", signal.SIGTERM)]
+        # a wakeup fd of the program's own (asyncio's): the handler writes itself
+        import socket
+        receive, send = socket.socketpair()
+        send.setblocking(False)
+        ours = signal.set_wakeup_fd(send.fileno())
+        try:
+            signal.raise_signal(signal.SIGTERM)
+        finally:
+            signal.set_wakeup_fd(ours)
+            receive.close()
+            send.close()
+        assert seen[6:] == [("write", signal.SIGTERM), ("program", signal.SIGTERM)]
     finally:
         writer.uninstall()
     assert signal.signal is not writer._signal and signal.getsignal(signal.SIGTERM) is program
