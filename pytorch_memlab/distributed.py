@@ -130,6 +130,7 @@ class RankReporter:
         self.collect = collect
         self.on_merged = on_merged
         self.exchanged = False
+        self.gather_failed = False     # then rank 0 merges the files at the end
         self._original: Optional[Callable[..., Any]] = None
 
     # ---- the destroy_process_group hook ----------------------------------------
@@ -178,8 +179,13 @@ class RankReporter:
         try:
             self._exchange()
         except Exception as exc:  # never break the program's own shutdown
-            print(f"pytorch_memlab: rank {self.env.rank}: could not gather the "
-                  f"profiles: {exc!r}", file=sys.stderr)
+            # (gather_object needs numpy, for one): the files are written already
+            self.exchanged = self.gather_failed = True
+            then = ("rank 0 merges the rank files instead" if self.out_dir is not None
+                    else f"no output folder (-o DIR/ or {OUT_ENV}=DIR/) to merge the "
+                         "rank files from")
+            print(f"pytorch_memlab: rank {self.env.rank}: could not gather the profiles "
+                  f"over the process group: {exc!r}; {then}", file=sys.stderr)
 
     def _exchange(self) -> None:
         """Write the file, gather every rank's document on rank 0, print there."""
@@ -215,10 +221,12 @@ class RankReporter:
         if self.exchanged or failed:
             self._write(self._document())     # figures after the exchange, if any
             self.exchanged = True
+            if self.gather_failed and not failed and self.env.rank == 0:
+                self._merge_files()
             return
         if _group_usable():
             self._exchange_safely()
-            if self.exchanged:
+            if self.exchanged and not self.gather_failed:
                 return
         self._write(self._document())
         self.exchanged = True
@@ -242,6 +250,9 @@ class RankReporter:
                 break
             time.sleep(0.2)
         if docs:
+            if self.gather_failed:
+                print(f"pytorch_memlab: rank 0: the table below merges the rank files in "
+                      f"{self.out_dir}", file=sys.stderr)
             self._report(docs)
 
 
@@ -301,6 +312,17 @@ def decorator_reporter(profilers: Callable[[], list[Any]]) -> Optional[RankRepor
 
         _decorator_reporter = RankReporter(env, os.environ.get(OUT_ENV) or None, collect)
         _decorator_reporter.install()
+        if _decorator_reporter.out_dir is not None:
+            reporter = _decorator_reporter
+
+            def write_stopped(signum: int, frame: Any) -> None:
+                from .signals import signal_name
+                for profiler in profilers():
+                    profiler._note_stop(frame, signal_name(signum))
+                reporter.write_file()
+
+            from .signals import StopWriter
+            StopWriter(write_stopped).install()     # for the process's life
     return _decorator_reporter
 
 

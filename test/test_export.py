@@ -129,9 +129,10 @@ def test_csv_layout(prof, tmp_path):
     path = tmp_path / "p.csv"
     prof.save(path)
     rows = path.read_text().splitlines()
-    assert rows[0] == ("qualname,filename,first_line,device,lineno,count,net_growth,"
+    assert rows[0] == ('"qualname",filename,first_line,device,lineno,count,net_growth,'
                        + ",".join(COLUMNS) + ",raised,code")
-    assert sum(len(r["lines"]) for r in prof.stats()) == len(rows) - 1
+    lines = sum(len(r["lines"]) for r in prof.stats())
+    assert lines == len(rows) - 2 and rows[-1] == f"#end,{lines}"
     assert any(row.startswith("work,") and row.endswith(",,    del x") for row in rows)
 
 

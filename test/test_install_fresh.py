@@ -57,7 +57,7 @@ def fresh(tmp_path_factory):
 def test_quick_start_as_printed(fresh):
     clone, env, _ = fresh
     command = quick_start_command()
-    assert command.startswith("python3 -m pip install torch setuptools wheel && ")
+    assert command.startswith('python3 -m pip install torch "setuptools>=77" wheel && ')
     proc = sh(command, cwd=clone, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "pytorch_memlab" in proc.stdout
@@ -119,3 +119,50 @@ def test_isolated_build_stops_and_tracer_only_build_says_how(fresh, tmp_path):
     works = sh(f"{python} -c 'from pytorch_memlab import native; "
                f"print(type(native.get_source(\"cpu\")).__name__)'", cwd=tmp_path, env=env)
     assert works.stdout.strip() == "PyCapsule", works.stderr
+
+
+def install_commands():
+    """The first bash block under README's '## Install', as printed, one command."""
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index("## Install"):]
+    block = re.search(r"```bash\n(.*?)\n```", section, re.S).group(1)
+    return " && ".join(line for line in block.splitlines() if line.strip())
+
+
+def test_install_as_printed_over_the_old_setuptools_of_a_fresh_venv(fresh, tmp_path):
+    """A fresh venv of Python 3.11 or older comes with setuptools 65.5, which
+    cannot read pyproject.toml's `license`; next to a torch that does not ask for a
+    newer one (older releases asked for setuptools only on 3.12+), a plain
+    `pip install setuptools` keeps it.  README's Install commands still work."""
+    import ensurepip
+    bundled = glob.glob(os.path.join(os.path.dirname(ensurepip.__file__), "_bundled",
+                                     "setuptools-*.whl"))
+    if not bundled:
+        pytest.skip("this Python's venvs come without setuptools: pip installs the newest")
+    clone, env, python = fresh
+    torch = sh("python3 -m pip install torch", cwd=tmp_path, env=env)   # if run alone
+    assert torch.returncode == 0, torch.stdout[-3000:] + torch.stderr[-3000:]
+    purelib = sh(f"{python} -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'",
+                 cwd=tmp_path, env=env).stdout.strip()
+    (metadata,) = glob.glob(os.path.join(purelib, "torch-*.dist-info", "METADATA"))
+    with open(metadata, encoding="utf-8") as f:
+        original = f.read()
+    older = re.sub(r"(?m)^Requires-Dist: setuptools\b.*$",
+                   'Requires-Dist: setuptools ; python_version >= "3.12"', original)
+    try:
+        with open(metadata, "w", encoding="utf-8") as f:
+            f.write(older)
+        old = sh(f"python3 -m pip uninstall -y pytorch-memlab && "
+                 f"python3 -m pip install --force-reinstall --no-deps {bundled[0]}",
+                 cwd=tmp_path, env=env)
+        assert old.returncode == 0, old.stdout[-3000:] + old.stderr[-3000:]
+        proc = sh(install_commands(), cwd=clone, env=env)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        check = sh(f"{python} -c 'import pytorch_memlab._torchshim, setuptools; "
+                   f"print(setuptools.__version__)'", cwd=tmp_path, env=env)
+        assert check.returncode == 0, check.stderr
+        assert int(check.stdout.split(".")[0]) >= 77
+    finally:
+        with open(metadata, "w", encoding="utf-8") as f:
+            f.write(original)

@@ -178,18 +178,35 @@ def _run(args: argparse.Namespace) -> int:
         registrar.add_all_main()
 
     reporter = None
+    ending: dict[str, Optional[int]] = {"status": None}   # the status the files record
     if ranked is not None:
         from ..distributed import RankReporter
-        status = None
         reporter = RankReporter(ranked, args.output,
-                                lambda: _document(profiler, program, status),
+                                lambda: _document(profiler, program, ending["status"]),
                                 lambda docs: _write_ranks_html(docs, args.html))
         reporter.install()
+
+    def write_stopped(signum: int, frame: Optional[types.FrameType]) -> None:
+        """SIGTERM / SIGINT: the files now, the line that was running marked."""
+        from ..signals import signal_name
+        profiler._note_stop(frame, signal_name(signum))
+        ending["status"] = 128 + signum      # as a shell reports a signal's end
+        if reporter is not None:
+            reporter.write_file()
+        else:
+            _write_files(profiler, program, ending["status"], args, quiet=True)
+
+    from ..signals import StopWriter
+    stop_writer = StopWriter(write_stopped)
+    if ranked is not None or args.output is not None or args.html is not None:
+        stop_writer.install()
     registrar.install()
     try:
         status, _ = execute(program, profiler)
     finally:
         registrar.uninstall()
+        stop_writer.uninstall()
+    ending["status"] = status
     for raw in registrar.never_imported():
         print(f"pytorch_memlab run: -f {raw}: its module was never imported, "
               "so nothing of it was profiled", file=sys.stderr)
@@ -218,6 +235,13 @@ def _write_ranks_html(docs: list[dict[str, Any]], path: Optional[str]) -> None:
 def _report(profiler: Any, program: Program, status: int, args: argparse.Namespace) -> None:
     """The files first, then the tables: a reader that left (``| head``) or a
     Ctrl-C that stopped it must not cost the files."""
+    _write_files(profiler, program, status, args)
+    sys.stderr.flush()
+    print_tables(profiler.print_stats)
+
+
+def _write_files(profiler: Any, program: Program, status: Optional[int],
+                 args: argparse.Namespace, quiet: bool = False) -> None:
     if args.output is not None or args.html is not None:
         from ..records.document import from_document
         from ..records.saved import save
@@ -226,13 +250,25 @@ def _report(profiler: Any, program: Program, status: int, args: argparse.Namespa
             if path is None:
                 continue
             try:
-                write(data, path)
+                _replace(write, data, path)
             except OSError as exc:
                 print(f"pytorch_memlab run: could not write {path}: {exc}", file=sys.stderr)
             else:
-                print(f"pytorch_memlab: wrote {path}", file=sys.stderr)
-    sys.stderr.flush()
-    print_tables(profiler.print_stats)
+                if not quiet:
+                    print(f"pytorch_memlab: wrote {path}", file=sys.stderr)
+
+
+def _replace(write: Any, data: Any, path: str) -> None:
+    """``write(data, path)`` through a temporary file: a process killed while
+    writing (SIGKILL after a SIGTERM) leaves the old file or the new one."""
+    root, ext = os.path.splitext(path)
+    tmp = f"{root}.{os.getpid()}.tmp{ext}"      # the extension tells the format
+    try:
+        write(data, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def _write_html(data: Any, path: str) -> None:

@@ -57,6 +57,7 @@ class LineProfiler:
         self._tracers = TracerSet(slots, self.columns)
         self._entries: list[FunctionEntry] = []
         self._raised: Raised = {}  # by id(code): see tracer_tables.Raised
+        self._stopped: set[tuple[int, int]] = set()   # (id(code), line) marked by a signal
         self._lock = threading.RLock()
         self._calls = 0            # decorated calls running now, all threads
         self._depth = threading.local()   # .value: decorated calls on this thread
@@ -167,6 +168,7 @@ class LineProfiler:
         with self._lock:
             self._tracers.clear()
             self._raised.clear()
+            self._stopped.clear()
             self._timeline.clear()
             self._called.clear()
             self._printed = None
@@ -179,6 +181,7 @@ class LineProfiler:
             self._printed = self.stats()
             self._tracers.clear()
             self._raised.clear()
+            self._stopped.clear()
             self._postmortem = None
             self._called.clear()
 
@@ -240,8 +243,22 @@ class LineProfiler:
         while tb is not None:
             code = tb.tb_frame.f_code
             if code in codes:
-                self._raised.setdefault(id(code), {})[tb.tb_lineno] = type(exc).__name__
+                # a signal's mark stays: the exception is its handler's doing
+                marks = self._raised.setdefault(id(code), {})
+                if (id(code), tb.tb_lineno) not in self._stopped:
+                    marks[tb.tb_lineno] = type(exc).__name__
             tb = tb.tb_next
+
+    def _note_stop(self, frame: Optional[types.FrameType], name: str) -> None:
+        """Mark, in every profiled frame of the stack that ``frame`` tops, the
+        line that was running when ``name`` (a signal) stopped the program."""
+        codes = CodesByIdentity(code for entry in self._entries for code in entry.codes)
+        with self._lock:
+            while frame is not None:
+                if frame.f_code in codes and frame.f_lineno is not None:
+                    self._raised.setdefault(id(frame.f_code), {})[frame.f_lineno] = name
+                    self._stopped.add((id(frame.f_code), frame.f_lineno))
+                frame = frame.f_back
 
     # ---- results -----------------------------------------------------------------
 

@@ -39,11 +39,24 @@ def _skip_at_test(why: str) -> None:
         pytest.skip(why)
 
 
+def _torch_missing() -> Optional[str]:
+    """Why torch cannot be imported (one line), or None when it can."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        return f"import torch failed ({type(exc).__name__}: {exc})"
+    return None
+
+
 class MemlabRuntime:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.html_dir: Optional[str] = config.getoption("memlab_html")
         self.profile_all = bool(config.getoption("memlab") or self.html_dir)
+        missing = _torch_missing() if self.profile_all else None
+        if missing is not None:
+            raise pytest.UsageError(f"--memlab measures tensor memory, which needs torch: "
+                                    f"{missing}")
         self.top: int = config.getoption("memlab_top")
         self.device = check_device(config.getoption("memlab_device"), "--memlab-device")
         missing = config.getoption("memlab_missing_cuda") or config.getini("memlab_missing_cuda")
@@ -82,6 +95,10 @@ class MemlabRuntime:
             requests.append(Request("profile", self.device))
         if not requests:
             return
+        missing = _torch_missing()
+        if missing is not None:     # one line, not the import's traceback
+            pytest.fail(f"{item.nodeid}: pytorch_memlab measures tensor memory, which needs "
+                        f"torch: {missing}", pytrace=False)
         from ._measure import count_cpu_from_now, resolve_device
         self._check_cuda(item, requests)
         plan = Plan([(r, resolve_device(r.device)) for r in requests],

@@ -3,7 +3,13 @@ the header ``qualname, filename, first_line, device, lineno, count,
 net_growth, <columns...>, raised, code``; an empty cell is a null.  It has no
 versions or timeline, and no slot for what each column measures: reading one
 derives the columns' kinds and units from their names by torch's naming rule
-(``records.meanings``), as for a JSON file of schema version 1."""
+(``records.meanings``), as for a JSON file of schema version 1.
+
+A file is whole when its last row is ``#end,<the number of rows of lines>``:
+a file cut at a row boundary, or inside its last cell, is refused.  Files
+written before that row existed still load: a writer that closes the file so
+writes the header's first cell quoted (``"qualname",...``, the same header to
+any CSV reader), and only a file so marked must end with the row."""
 from __future__ import annotations
 
 import csv
@@ -27,12 +33,36 @@ def row_values(record: FunctionRecord, line: LineRecord, columns: Sequence[str])
             + [line.figures.get(c) for c in columns] + [line.raised, line.code])
 
 
+END = "#end"                      # the first cell of the last row
+_MARK = f'"{RECORD_KEYS[0]}",'     # how a file that ends with that row begins
+
+
 def write(profile: Profile, columns: Sequence[str], out: IO[str]) -> None:
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(header(columns))
+    head = header(columns)
+    out.write(_MARK)
+    writer.writerow(head[1:])
+    rows = 0
     for record in profile.functions:
         for line in record.lines:
             writer.writerow(["" if v is None else v for v in row_values(record, line, columns)])
+            rows += 1
+    writer.writerow([END, rows])
+
+
+def _whole(rows: list[list[str]], marked: bool, where: str) -> list[list[str]]:
+    """The rows of lines, once the last row says the file is whole."""
+    last = rows[-1] if rows else []
+    if last[:1] != [END]:
+        if not marked:
+            return rows         # written before files ended with the row
+        raise ValueError(f"{where} is cut short (truncated?): its last row should be "
+                         f"{END},<rows>")
+    told = last[1] if len(last) == 2 else ""
+    if not told.isdigit() or int(told) != len(rows) - 1:
+        raise ValueError(f"{where} is cut short (truncated?): {len(rows) - 1} rows of lines, "
+                         f"where its last row says {told or 'nothing'}")
+    return rows[:-1]
 
 
 def _number(text: str, name: str, where: str, row: int) -> Optional[int]:
@@ -47,9 +77,9 @@ def _number(text: str, name: str, where: str, row: int) -> Optional[int]:
 
 def loads(text: str, where: str) -> Profile:
     """The profile a CSV text holds; ValueError naming ``where`` and the row."""
-    rows = csv.reader(io.StringIO(text, newline=""))
+    reader = csv.reader(io.StringIO(text, newline=""))
     try:
-        head = next(rows, None)
+        head = next(reader, None)
     except csv.Error as exc:
         raise ValueError(f"{where}, row 1: {exc}") from None
     keys = len(RECORD_KEYS)
@@ -62,31 +92,31 @@ def loads(text: str, where: str) -> Profile:
     columns = names[len(_NUMBERS):]
     functions: list[FunctionRecord] = []
     devices: list[str] = []
-    number = 1
     try:
-        for number, row in enumerate(rows, start=2):
-            if len(row) != len(head):
-                raise ValueError(f"{where}, row {number}: {len(row)} cells; the header has "
-                                 f"{len(head)}")
-            qualname, filename, first, device = row[:4]
-            first_line = _number(first, "first_line", where, number)
-            if first_line is None:
-                raise ValueError(f"{where}, row {number}: first_line is empty; expected an "
-                                 "integer")
-            values = [_number(v, n, where, number) for v, n in zip(row[4:-2], names)]
-            lineno, count = values[0], values[1]
-            if lineno is None or count is None:
-                raise ValueError(f"{where}, row {number}: lineno and count must be integers")
-            key = (filename, first_line, qualname)
-            if not functions or functions[-1].key != key or functions[-1].device != device:
-                functions.append(FunctionRecord(qualname, filename, first_line, device,
-                                                list(columns), []))
-                if device not in devices:
-                    devices.append(device)
-            functions[-1].lines.append(LineRecord(lineno, row[-1], count, values[2],
-                                                  dict(zip(columns, values[3:])),
-                                                  row[-2] or None))
+        rows = list(reader)
     except csv.Error as exc:
-        raise ValueError(f"{where}, row {number + 1}: {exc}") from None
+        raise ValueError(f"{where}, row {reader.line_num}: {exc}") from None
+    for number, row in enumerate(_whole(rows, text.startswith(_MARK), where), start=2):
+        if len(row) != len(head):
+            raise ValueError(f"{where}, row {number}: {len(row)} cells; the header has "
+                             f"{len(head)}")
+        qualname, filename, first, device = row[:4]
+        first_line = _number(first, "first_line", where, number)
+        if first_line is None:
+            raise ValueError(f"{where}, row {number}: first_line is empty; expected an "
+                             "integer")
+        values = [_number(v, n, where, number) for v, n in zip(row[4:-2], names)]
+        lineno, count = values[0], values[1]
+        if lineno is None or count is None:
+            raise ValueError(f"{where}, row {number}: lineno and count must be integers")
+        key = (filename, first_line, qualname)
+        if not functions or functions[-1].key != key or functions[-1].device != device:
+            functions.append(FunctionRecord(qualname, filename, first_line, device,
+                                            list(columns), []))
+            if device not in devices:
+                devices.append(device)
+        functions[-1].lines.append(LineRecord(lineno, row[-1], count, values[2],
+                                              dict(zip(columns, values[3:])),
+                                              row[-2] or None))
     return Profile(functions, list(columns), devices, schema_version=SCHEMA_VERSION,
                    meanings=meanings_of(columns))
