@@ -338,8 +338,9 @@ def test_run_without_a_program_is_a_usage_error(argv, message, capsys):
     ("cut.csv", b"qualname,filename,first_line,device,net_growth,raised,code\n"
                 b"f,f.py,1,cpu,0,,x = 1\n"),              # no lineno, count
     ("deep.json", b"[" * 100_000 + b"]" * 100_000),   # past json's recursion limit
-], ids=lambda value: value if isinstance(value, str) else None)   # (an id the size of
-# the deep file would not fit the environment of the test's subprocess)
+], ids=["garbage", "text", "other-json", "missing", "csv-without-lineno", "deep-json"])
+# (explicit ids: pytest would put the 200 kB deep file in the id, which then
+# does not fit the environment of the test's subprocess: E2BIG)
 def test_view_rejects_non_profile_with_one_line(tmp_path: Path, name: str,
                                                 content: "bytes | None") -> None:
     # Any file that is not a saved profile: one stderr line naming it, exit 2, no traceback.
