@@ -4,8 +4,10 @@ The verbs live in ``pytorch_memlab.cli``; this module checks that what a verb
 needs is installed (one line and exit 1 if not) and dispatches.  ``demo`` and
 ``info`` are imported only when asked for: they import torch, and ``view``
 works without it."""
+from __future__ import annotations
+
 import sys
-from typing import List, Optional
+from typing import Optional
 
 
 def _ready(torch: bool) -> bool:
@@ -17,7 +19,7 @@ def _ready(torch: bool) -> bool:
     return problem is None
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[list[str]] = None) -> int:
     from pytorch_memlab.cli.parser import build_parser, parse_run
     argv = list(sys.argv[1:] if argv is None else argv)
     parser, run = build_parser()

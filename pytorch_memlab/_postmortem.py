@@ -33,7 +33,7 @@ import os
 import re
 import threading
 import types
-from typing import Any, Container, Dict, List, Optional, Tuple
+from typing import Any, Container, Optional
 
 import torch
 
@@ -100,10 +100,10 @@ def watch_cuda() -> None:
             pass
 
 
-def _fresh_cuda_event(exc: BaseException) -> Optional[Dict[str, Any]]:
+def _fresh_cuda_event(exc: BaseException) -> Optional[dict[str, Any]]:
     """The observer's reading for this error: the latest on this thread, if no
     other OOM happened on its device since."""
-    event: Optional[Dict[str, Any]] = getattr(_events, "last", None)
+    event: Optional[dict[str, Any]] = getattr(_events, "last", None)
     _events.last = None
     if event is None or "Tried to allocate" not in str(exc):
         return None
@@ -127,9 +127,9 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and _CPU_OOM.search(str(exc)) is not None
 
 
-def _cpu_figures(exc: BaseException) -> Dict[str, Any]:
+def _cpu_figures(exc: BaseException) -> dict[str, Any]:
     found = _CPU_OOM.search(str(exc))
-    out: Dict[str, Any] = {"device": "cpu", "requested_bytes": int(found.group(1)) if found else None,
+    out: dict[str, Any] = {"device": "cpu", "requested_bytes": int(found.group(1)) if found else None,
                            "allocated_bytes": None, "reserved_bytes": None,
                            "free_bytes": None, "total_bytes": None,
                            "largest_free_block_bytes": None}
@@ -149,7 +149,7 @@ def _cpu_figures(exc: BaseException) -> Dict[str, Any]:
     return out
 
 
-def _cuda_after(exc: BaseException) -> Dict[str, Any]:
+def _cuda_after(exc: BaseException) -> dict[str, Any]:
     """No observer reading: what the allocator holds now, after the unwinding."""
     index = torch.cuda.current_device()
     stats = torch.cuda.memory_stats(index)
@@ -165,7 +165,7 @@ def _cuda_after(exc: BaseException) -> Dict[str, Any]:
 
 def _assigned_line(code: types.CodeType, name: str, current: int) -> Optional[int]:
     """The line that last stored ``name`` in ``code`` at or before ``current``."""
-    stores: List[int] = []
+    stores: list[int] = []
     line: Optional[int] = None
     for ins in dis.get_instructions(code):
         positions = getattr(ins, "positions", None)
@@ -183,7 +183,7 @@ def _assigned_line(code: types.CodeType, name: str, current: int) -> Optional[in
     return max(stores) if stores else None
 
 
-def _frames(exc: BaseException) -> List[types.FrameType]:
+def _frames(exc: BaseException) -> list[types.FrameType]:
     """The traceback's frames outside pytorch_memlab, innermost first."""
     frames = []
     tb = exc.__traceback__
@@ -194,11 +194,11 @@ def _frames(exc: BaseException) -> List[types.FrameType]:
     return frames[::-1]
 
 
-def _live_tensors(exc: BaseException, device: str) -> List[Dict[str, Any]]:
+def _live_tensors(exc: BaseException, device: str) -> list[dict[str, Any]]:
     """MemReporter's rows on ``device`` (largest first), the frames' local
     variables named after themselves."""
     col = Collector()
-    origin: Dict[str, str] = {}
+    origin: dict[str, str] = {}
     try:
         for frame in _frames(exc):
             code = frame.f_code
@@ -233,7 +233,7 @@ def _live_tensors(exc: BaseException, device: str) -> List[Dict[str, Any]]:
 
 # ---------------------------------------------------------------- entry points
 
-def capture(exc: BaseException) -> Optional[Dict[str, Any]]:
+def capture(exc: BaseException) -> Optional[dict[str, Any]]:
     """The post-mortem of ``exc``, or None if it is no out-of-memory error.
     Never raises: a failure to read something leaves that figure None."""
     if not is_oom(exc):
@@ -267,7 +267,7 @@ def capture(exc: BaseException) -> Optional[Dict[str, Any]]:
         return None
 
 
-def attach(records: List[Any], found: Optional[Tuple[types.CodeType, Dict[str, Any]]]) -> List[Any]:
+def attach(records: list[Any], found: Optional[tuple[types.CodeType, dict[str, Any]]]) -> list[Any]:
     """Put the post-mortem on the records of the function it belongs to."""
     if found is not None:
         code, pm = found

@@ -10,14 +10,14 @@ without the non-leaf warning; its storage named by the memory it holds.
 from __future__ import annotations
 
 import gc
-from typing import List, Optional, Tuple
+from typing import Optional
 
 import torch
 
 __all__ = ["is_tensor", "grad_of", "live_tensors", "storage_of", "StorageKey"]
 
 # (device, address); ("impl", id of the C storage) for a storage without an address
-StorageKey = Tuple[str, int]
+StorageKey = tuple[str, int]
 
 
 def is_tensor(obj: object) -> bool:
@@ -39,12 +39,12 @@ def grad_of(t: torch.Tensor) -> Optional[torch.Tensor]:
     return grad if is_tensor(grad) else None
 
 
-def live_tensors() -> List[torch.Tensor]:
+def live_tensors() -> list[torch.Tensor]:
     """Every tensor Python can see (the objects the garbage collector tracks)."""
     return [obj for obj in gc.get_objects() if is_tensor(obj)]
 
 
-def storage_of(t: torch.Tensor) -> Optional[Tuple[StorageKey, int]]:
+def storage_of(t: torch.Tensor) -> Optional[tuple[StorageKey, int]]:
     """(identity key, nbytes) of t's storage, or None for a tensor without one.
 
     The key is ``(device, address)``: the same memory is the same storage,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import warnings
 from types import TracebackType
-from typing import Callable, Dict, List, Optional, Tuple, Type
+from typing import Callable, Optional, Type
 
 import torch
 
@@ -24,7 +24,7 @@ def _safe(wanted: Callable[[torch.Tensor], bool], t: torch.Tensor) -> bool:
         return False
 
 
-def _leftover_message(held: List[Tuple[int, int]], threshold: int, stuck: int, skipped: int,
+def _leftover_message(held: list[tuple[int, int]], threshold: int, stuck: int, skipped: int,
                       scoped: bool) -> str:
     """The warning for devices that still hold memory after yield_memory()."""
     where = ", ".join(f"cuda:{i} {readable_size(n)}" for i, n in held)
@@ -73,7 +73,7 @@ class Courtesy:
         self._threshold = parse_threshold(threshold)
         # host storage address -> (host storage, device it came from).
         # Owned: holding the host copy keeps its address unique until restore().
-        self._moved: Dict[int, Tuple[torch.UntypedStorage, torch.device]] = {}
+        self._moved: dict[int, tuple[torch.UntypedStorage, torch.device]] = {}
 
     def __repr__(self) -> str:
         scope = "all tensors" if self._roots is None else f"{len(self._roots)} root(s)"
@@ -104,7 +104,7 @@ class Courtesy:
         if not self._moved:
             return 0
         tensors, _ = collect(self._roots)
-        groups: Dict[int, List[torch.Tensor]] = {}
+        groups: dict[int, list[torch.Tensor]] = {}
         for (where, address), members in group_by_storage(tensors).items():
             if where == "cpu" and address in self._moved:
                 groups[address] = members
@@ -175,15 +175,15 @@ class Courtesy:
         return total
 
     @staticmethod
-    def _move_out(groups: List[List[torch.Tensor]]) -> Tuple[List[Moved], int]:
+    def _move_out(groups: list[list[torch.Tensor]]) -> tuple[list[Moved], int]:
         """Move each group to host memory; all or nothing.
 
         Returns the moved groups and the bytes of groups left in place because
         something out of reach still uses their storage.
         """
-        moved: List[Moved] = []
+        moved: list[Moved] = []
         stuck = 0
-        current: Optional[Tuple[List[torch.Tensor], torch.UntypedStorage]] = None
+        current: Optional[tuple[list[torch.Tensor], torch.UntypedStorage]] = None
         try:
             for members in groups:
                 current = (members, members[0].untyped_storage())

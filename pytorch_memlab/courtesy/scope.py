@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable as _IterableABC
 from collections.abc import Mapping
-from typing import Dict, Iterable, List, Optional, Tuple, Union
+from typing import Iterable, Optional, Union
 
 import torch
 
@@ -39,7 +39,7 @@ def parse_device(device: Optional[DeviceSpec]) -> Optional[torch.device]:
     return torch.device("cuda") if index is None else torch.device("cuda", index)
 
 
-def parse_scope(tensors: Optional[Scope]) -> Optional[List[object]]:
+def parse_scope(tensors: Optional[Scope]) -> Optional[list[object]]:
     """The roots to search for tensors, or None to search every live object."""
     if tensors is None:
         return None
@@ -71,7 +71,7 @@ def parse_threshold(threshold: Optional[float]) -> Optional[int]:
 
 # --- finding tensors -----------------------------------------------------
 
-_plain_types: Dict[type, bool] = {}
+_plain_types: dict[type, bool] = {}
 
 
 def _is_plain_type(cls: type) -> bool:
@@ -97,13 +97,13 @@ def held_elsewhere(storage: torch.UntypedStorage) -> bool:
     return bool(_storage_use_count(storage._cdata) > 1)
 
 
-def roots_tensors(roots: Optional[List[object]]) -> List[torch.Tensor]:
+def roots_tensors(roots: Optional[list[object]]) -> list[torch.Tensor]:
     """Tensors directly reachable from the roots (or every live tensor)."""
     if roots is None:
         return live_tensors()
     found = []
     visited = set()
-    pending: List[object] = list(roots)
+    pending: list[object] = list(roots)
     while pending:
         obj = pending.pop()
         if id(obj) in visited:
@@ -125,13 +125,13 @@ def roots_tensors(roots: Optional[List[object]]) -> List[torch.Tensor]:
     return found
 
 
-def collect(roots: Optional[List[object]]) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
+def collect(roots: Optional[list[object]]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Tensors of the scope, with their grads and view bases.
 
     Returns (movable, other): other holds the sparse, quantized, nested and
     subclass tensors, which stay where they are.
     """
-    seen: Dict[int, torch.Tensor] = {}
+    seen: dict[int, torch.Tensor] = {}
     pending = roots_tensors(roots)
     while pending:
         t = pending.pop()
@@ -148,10 +148,10 @@ def collect(roots: Optional[List[object]]) -> Tuple[List[torch.Tensor], List[tor
     return movable, other
 
 
-def group_by_storage(tensors: Iterable[torch.Tensor]) -> Dict[StorageKey, List[torch.Tensor]]:
+def group_by_storage(tensors: Iterable[torch.Tensor]) -> dict[StorageKey, list[torch.Tensor]]:
     """Tensors per storage (keyed by device and address); empty storages, and
     wrappers that give none (functorch), are left out."""
-    groups: Dict[StorageKey, List[torch.Tensor]] = {}
+    groups: dict[StorageKey, list[torch.Tensor]] = {}
     for t in tensors:
         found = storage_of(t)
         if found is not None and found[1] > 0:

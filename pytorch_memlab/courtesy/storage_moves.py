@@ -2,7 +2,7 @@
 tensor that used it at the copy, keeping each tensor object."""
 from __future__ import annotations
 
-from typing import Iterable, List, Tuple
+from typing import Iterable
 
 import torch
 
@@ -28,7 +28,7 @@ def repoint(tensors: Iterable[torch.Tensor], storage: torch.UntypedStorage) -> N
         t.data = alias
 
 
-def move_group(tensors: List[torch.Tensor], device: torch.device) -> torch.UntypedStorage:
+def move_group(tensors: list[torch.Tensor], device: torch.device) -> torch.UntypedStorage:
     """Copy the storage the tensors share to device and re-point them; returns the copy."""
     copy = copy_storage(tensors[0].untyped_storage(), device)
     repoint(tensors, copy)
@@ -37,4 +37,4 @@ def move_group(tensors: List[torch.Tensor], device: torch.device) -> torch.Untyp
 
 # a group that was moved out: its tensors, the storage they left (Owned until the
 # yield is complete, so that a failure can put them back without a copy), the host copy
-Moved = Tuple[List[torch.Tensor], torch.UntypedStorage, torch.UntypedStorage]
+Moved = tuple[list[torch.Tensor], torch.UntypedStorage, torch.UntypedStorage]

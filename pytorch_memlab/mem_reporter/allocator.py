@@ -4,7 +4,7 @@ found and every other block (see ``blocks``)."""
 from __future__ import annotations
 
 import functools
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Optional
 
 import torch
 
@@ -16,7 +16,7 @@ from .rows import DeviceTotal, TensorRow
 from .text import CUDA_BLOCK_BYTES
 
 
-def cuda_allocated() -> Dict[str, int]:
+def cuda_allocated() -> dict[str, int]:
     """torch.cuda.memory_allocated per device, without initialising CUDA."""
     if not cuda_in_use():
         return {}
@@ -40,7 +40,7 @@ def explain(allocated: int, found: int, scoped: bool) -> str:
 
 
 def split_blocks(col: Collector, want: Optional[torch.device],
-                 walk_graph: bool) -> Dict[str, blocks.DeviceBlocks]:
+                 walk_graph: bool) -> dict[str, blocks.DeviceBlocks]:
     """Each CUDA device's allocated blocks, split by the storages found."""
     segments = blocks.snapshot_segments()
     if segments is None:
@@ -48,10 +48,10 @@ def split_blocks(col: Collector, want: Optional[torch.device],
     ptrs = col.storage_ptrs()
     devices = {f"cuda:{int(seg.get('device', 0))}" for seg in segments}
     devices |= {d for d in ptrs if d.startswith("cuda")}
-    graph: List[Dict[Tuple[str, int], str]] = []
+    graph: list[dict[tuple[str, int], str]] = []
 
-    def graph_of(device: str) -> Callable[[], Dict[int, str]]:
-        def get() -> Dict[int, str]:
+    def graph_of(device: str) -> Callable[[], dict[int, str]]:
+        def get() -> dict[int, str]:
             if not walk_graph:
                 return {}
             if not graph:
@@ -59,7 +59,7 @@ def split_blocks(col: Collector, want: Optional[torch.device],
             return {ptr: name for (dev, ptr), name in graph[0].items() if dev == device}
         return get
 
-    out: Dict[str, blocks.DeviceBlocks] = {}
+    out: dict[str, blocks.DeviceBlocks] = {}
     for device in sorted(devices):
         if want is not None and not device_matches(want, torch.device(device)):
             continue
@@ -79,19 +79,19 @@ def _account(allocated: int, split: blocks.DeviceBlocks) -> str:
             "freed by another thread while the report ran")
 
 
-def _order(device: str) -> Tuple[bool, str, int]:
+def _order(device: str) -> tuple[bool, str, int]:
     dev = torch.device(device)
     return (dev.type != "cpu", dev.type, dev.index or 0)
 
 
-def totals(rows: List[TensorRow], want: Optional[torch.device], scoped: bool,
-           split: Optional[Dict[str, blocks.DeviceBlocks]] = None,
-           allocated: Optional[Dict[str, int]] = None) -> List[DeviceTotal]:
+def totals(rows: list[TensorRow], want: Optional[torch.device], scoped: bool,
+           split: Optional[dict[str, blocks.DeviceBlocks]] = None,
+           allocated: Optional[dict[str, int]] = None) -> list[DeviceTotal]:
     """One DeviceTotal per device with rows (and per CUDA device holding memory)."""
     split = split or {}
     if allocated is None:
         allocated = cuda_allocated()
-    names: List[str] = []
+    names: list[str] = []
     for r in rows:
         if r.device not in names:
             names.append(r.device)

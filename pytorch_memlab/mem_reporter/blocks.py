@@ -25,7 +25,7 @@ import bisect
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -63,7 +63,7 @@ class DeviceBlocks:
 
     held_bytes: int = 0             # active_allocated blocks backing a found storage
     held_blocks: int = 0
-    other: List[BlockRow] = field(default_factory=list)   # every other active block
+    other: list[BlockRow] = field(default_factory=list)   # every other active block
 
     @property
     def other_bytes(self) -> int:
@@ -82,7 +82,7 @@ def start_recording() -> None:
     torch.cuda.memory._record_memory_history(enabled="state", context="state", stacks="python")
 
 
-def _user_frame(frames: List[Dict[str, Any]]) -> Optional[str]:
+def _user_frame(frames: list[dict[str, Any]]) -> Optional[str]:
     """The innermost frame outside torch and pytorch_memlab, as 'file:line (name)'."""
     for frame in frames or ():
         filename = str(frame.get("filename", ""))
@@ -115,7 +115,7 @@ def _env_cublaslt_size() -> int:
         return 1024 * 1024
 
 
-def workspace_labels(device_index: int) -> Dict[int, str]:
+def workspace_labels(device_index: int) -> dict[int, str]:
     """{requested size: label} for the cuBLAS and cuBLASLt workspaces of a device."""
     getter = getattr(torch._C, "_cuda_getCublasWorkspaceSize", None)
     lt_getter = getattr(torch._C, "_cuda_getCublasLtWorkspaceSize", None)
@@ -138,15 +138,15 @@ def workspace_labels(device_index: int) -> Dict[int, str]:
 
 # ---------------------------------------------------------------- reading
 
-def snapshot_segments() -> Optional[List[Dict[str, Any]]]:
+def snapshot_segments() -> Optional[list[dict[str, Any]]]:
     """The allocator's segments on every device, or None where CUDA is not in use."""
     if not cuda_in_use():
         return None
     return list(torch.cuda.memory._snapshot().get("segments", []))
 
 
-def _label(block: Dict[str, Any], segment: Dict[str, Any], graph: Dict[int, str],
-           workspaces: Dict[int, str]) -> Optional[str]:
+def _label(block: dict[str, Any], segment: dict[str, Any], graph: dict[int, str],
+           workspaces: dict[int, str]) -> Optional[str]:
     address, size = int(block["address"]), int(block["size"])
     saved = next((name for ptr, name in graph.items() if address <= ptr < address + size), None)
     parts = []
@@ -162,14 +162,14 @@ def _label(block: Dict[str, Any], segment: Dict[str, Any], graph: Dict[int, str]
     return "; ".join(parts) or None
 
 
-def split_blocks(segments: List[Dict[str, Any]], device: str, storage_ptrs: List[int],
-                 graph: Callable[[], Dict[int, str]],
-                 workspaces: Callable[[], Dict[int, str]]) -> DeviceBlocks:
+def split_blocks(segments: list[dict[str, Any]], device: str, storage_ptrs: list[int],
+                 graph: Callable[[], dict[int, str]],
+                 workspaces: Callable[[], dict[int, str]]) -> DeviceBlocks:
     """Split ``device``'s active blocks into those that back one of
     ``storage_ptrs`` and the rest (labelled).  ``graph`` and ``workspaces``
     are asked only when some block is left over."""
     index = torch.device(device).index or 0
-    mine: List[Tuple[Dict[str, Any], Dict[str, Any]]] = []
+    mine: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for segment in segments:
         if int(segment.get("device", 0)) != index:
             continue
@@ -211,10 +211,10 @@ def stream_name(stream: int) -> str:
     return "default" if stream == 0 else hex(stream)
 
 
-def grouped(rows: List[BlockRow]) -> List[Tuple[int, BlockRow]]:
+def grouped(rows: list[BlockRow]) -> list[tuple[int, BlockRow]]:
     """(count, first row) per run of blocks alike in size, stream, state, label
     and origin; largest total first."""
-    groups: Dict[Tuple[Any, ...], List[BlockRow]] = {}
+    groups: dict[tuple[Any, ...], list[BlockRow]] = {}
     for row in rows:
         key = (row.size, row.stream, row.state, row.label, row.allocated_at)
         groups.setdefault(key, []).append(row)

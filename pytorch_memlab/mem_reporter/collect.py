@@ -4,7 +4,7 @@ other live tensor; each storage charged once, to its first row."""
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Dict, Iterator, List, Set, Tuple
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -12,21 +12,21 @@ from ..common.tensors import StorageKey, grad_of, is_tensor, live_tensors, stora
 from .rows import TensorRow
 
 # Components of each sparse layout, as (row suffix, accessor).
-_Part = Tuple[str, Callable[[torch.Tensor], torch.Tensor]]
-_COMPRESSED_ROWS: Tuple[_Part, ...] = (("crow_indices", lambda t: t.crow_indices()),
+_Part = tuple[str, Callable[[torch.Tensor], torch.Tensor]]
+_COMPRESSED_ROWS: tuple[_Part, ...] = (("crow_indices", lambda t: t.crow_indices()),
                                        ("col_indices", lambda t: t.col_indices()),
                                        ("values", lambda t: t.values()))
-_COMPRESSED_COLS: Tuple[_Part, ...] = (("ccol_indices", lambda t: t.ccol_indices()),
+_COMPRESSED_COLS: tuple[_Part, ...] = (("ccol_indices", lambda t: t.ccol_indices()),
                                        ("row_indices", lambda t: t.row_indices()),
                                        ("values", lambda t: t.values()))
-_SPARSE_PARTS: Dict[torch.layout, Tuple[_Part, ...]] = {
+_SPARSE_PARTS: dict[torch.layout, tuple[_Part, ...]] = {
     torch.sparse_coo: (("indices", lambda t: t._indices()), ("values", lambda t: t._values())),
     torch.sparse_csr: _COMPRESSED_ROWS, torch.sparse_bsr: _COMPRESSED_ROWS,
     torch.sparse_csc: _COMPRESSED_COLS, torch.sparse_bsc: _COMPRESSED_COLS,
 }
 
 
-def _shape_of(t: torch.Tensor) -> Tuple[int, ...]:
+def _shape_of(t: torch.Tensor) -> tuple[int, ...]:
     """t's shape; -1 marks a ragged dimension of a nested tensor (strided nested
     tensors have no ``shape`` at all, jagged ones a symbolic size)."""
     if t.is_nested and t.layout == torch.strided:
@@ -46,13 +46,13 @@ class Collector:
     """Turns tensors into rows; holds strong references only until release()."""
 
     def __init__(self) -> None:
-        self.rows: List[TensorRow] = []
+        self.rows: list[TensorRow] = []
         self.skipped = 0
-        self._keep: List[object] = []            # Owned: keeps every id() below valid.
-        self._seen: Set[int] = set()             # id() of tensor objects already listed
-        self.storages: Dict[StorageKey, Tuple[int, str]] = {}   # key -> (storage id, owner name)
-        self._sort: List[Tuple[float, int]] = []   # per row: (storage order, row order)
-        self._type_count: Dict[str, int] = {}
+        self._keep: list[object] = []            # Owned: keeps every id() below valid.
+        self._seen: set[int] = set()             # id() of tensor objects already listed
+        self.storages: dict[StorageKey, tuple[int, str]] = {}   # key -> (storage id, owner name)
+        self._sort: list[tuple[float, int]] = []   # per row: (storage order, row order)
+        self._type_count: dict[str, int] = {}
 
     def release(self) -> None:
         self._keep.clear()
@@ -65,9 +65,9 @@ class Collector:
             elif isinstance(obj, list):
                 yield from (o for o in obj if is_tensor(o))
 
-    def storage_ptrs(self) -> Dict[str, List[int]]:
+    def storage_ptrs(self) -> dict[str, list[int]]:
         """Addresses of the storages found, per device."""
-        out: Dict[str, List[int]] = {}
+        out: dict[str, list[int]] = {}
         for device, ptr in self.storages:
             if device != "impl":
                 out.setdefault(device, []).append(ptr)
@@ -137,9 +137,9 @@ class Collector:
             self._sort.append((sid, order))
         self.rows.append(row)
 
-    def sorted_rows(self) -> List[TensorRow]:
+    def sorted_rows(self) -> list[TensorRow]:
         """Rows per device (cpu, then cuda by index, then the rest), then per storage."""
-        def key(i: int) -> Tuple[Any, ...]:
+        def key(i: int) -> tuple[Any, ...]:
             dev = torch.device(self.rows[i].device)
             return (dev.type != "cpu", dev.type, -1 if dev.index is None else dev.index,
                     self._sort[i])
@@ -162,7 +162,7 @@ def iter_outputs(outputs: Any) -> Iterator[torch.Tensor]:
                             f"(e.g. the loss), got {type(item).__name__}")
 
 
-def _saved_attrs(node: Any) -> List[str]:
+def _saved_attrs(node: Any) -> list[str]:
     """Attributes of an autograd node that hold what it saved for backward."""
     if hasattr(node, "_forward_cls"):      # a custom autograd.Function: its ctx
         try:
@@ -192,15 +192,15 @@ def _add_saved(col: Collector, node: Any, label: str) -> None:
                     col.add(item, f"{label}.{short}[{i}]", "saved")
 
 
-def walk_graph(col: Collector, tensors: List[torch.Tensor]) -> None:
+def walk_graph(col: Collector, tensors: list[torch.Tensor]) -> None:
     """Lists the outputs (``output``, ``output[i]``), then the tensors saved by every
     node reachable from their grad_fn, breadth first, as ``NodeName.attr``; the k-th
     further node of one type is ``NodeName[k]``."""
     for i, t in enumerate(tensors):
         col.add(t, "output" if len(tensors) == 1 else f"output[{i}]", "output")
     queue = deque(t.grad_fn for t in tensors if t.grad_fn is not None)
-    visited: Set[int] = set()
-    per_type: Dict[str, int] = {}
+    visited: set[int] = set()
+    per_type: dict[str, int] = {}
     while queue:
         node = queue.popleft()
         if id(node) in visited:
@@ -239,7 +239,7 @@ def walk_gc(col: Collector) -> None:
             col.add(t, col.anonymous_name(t), "tensor")
 
 
-def graph_roots(col: Collector) -> List[torch.Tensor]:
+def graph_roots(col: Collector) -> list[torch.Tensor]:
     """The tensors found that have an autograd graph behind them."""
     roots = []
     for t in col.kept_tensors():
@@ -251,13 +251,13 @@ def graph_roots(col: Collector) -> List[torch.Tensor]:
     return roots
 
 
-def graph_ptrs(col: Collector) -> Dict[Tuple[str, int], str]:
+def graph_ptrs(col: Collector) -> dict[tuple[str, int], str]:
     """(device, address) -> name of the storages saved for backward by the
     graphs behind the tensors found (outputs= not given)."""
     ghost = Collector()
     try:
         walk_graph(ghost, graph_roots(col))
-        out: Dict[Tuple[str, int], str] = {}
+        out: dict[tuple[str, int], str] = {}
         for (device, ptr), (_, name) in ghost.storages.items():
             if device != "impl":
                 out[(device, ptr)] = name
@@ -266,7 +266,7 @@ def graph_ptrs(col: Collector) -> Dict[Tuple[str, int], str]:
         ghost.release()
 
 
-def cpu_storages() -> List[torch.UntypedStorage]:
+def cpu_storages() -> list[torch.UntypedStorage]:
     """The distinct storages of the CPU tensors a report finds (every live
     tensor, grads and sparse parts, and what autograd saved behind them):
     what the CPU counting wrapper counts as live when it starts."""
@@ -275,7 +275,7 @@ def cpu_storages() -> List[torch.UntypedStorage]:
     try:
         walk_gc(col)
         walk_graph(ghost, graph_roots(col))
-        found: Dict[int, torch.UntypedStorage] = {}
+        found: dict[int, torch.UntypedStorage] = {}
         for t in [*col.kept_tensors(), *ghost.kept_tensors()]:
             try:
                 if t.device.type != "cpu" or t.layout != torch.strided:

@@ -6,7 +6,7 @@ import gc
 import sys
 import weakref
 from itertools import chain
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -44,7 +44,7 @@ class MemReporter:
                             f"{type(model).__name__}; pass the model whose parameters should be "
                             f"named, e.g. MemReporter(net)")
         self._model = _weak(model) if model is not None else (lambda: None)
-        self._optimizers: List[Callable[[], Any]] = []
+        self._optimizers: list[Callable[[], Any]] = []
         self.pre_collect = pre_collect
         if record_history:
             blocks.start_recording()
@@ -80,8 +80,8 @@ class MemReporter:
         if self.pre_collect:
             gc.collect()
         col = Collector()
-        split: Dict[str, blocks.DeviceBlocks] = {}
-        allocated: Optional[Dict[str, int]] = None
+        split: dict[str, blocks.DeviceBlocks] = {}
+        allocated: Optional[dict[str, int]] = None
         try:
             self._walk(col, module, out_tensors)
             rows = [r for r in col.sorted_rows()
@@ -100,15 +100,15 @@ class MemReporter:
         return result
 
     def _walk(self, col: Collector, module: Optional[torch.nn.Module],
-              outputs: List[torch.Tensor]) -> None:
+              outputs: list[torch.Tensor]) -> None:
         model = self._model()
         source = model if model is not None else module
-        scope: Optional[Set[int]] = None
+        scope: Optional[set[int]] = None
         if module is not None:
             scope = {id(t) for t in chain(module.parameters(), module.buffers())}
             if model is not None and not any(m is module for m in model.modules()):
                 source = module
-        names: Dict[int, str] = {}     # id(param) -> its first name; ids stay valid (col holds)
+        names: dict[int, str] = {}     # id(param) -> its first name; ids stay valid (col holds)
         if source is not None:
             for name, p in source.named_parameters(remove_duplicate=False):
                 if scope is None or id(p) in scope:
@@ -123,9 +123,9 @@ class MemReporter:
         if scope is None:
             walk_gc(col)
 
-    def _walk_optimizers(self, col: Collector, names: Dict[int, str],
-                         scope: Optional[Set[int]]) -> None:
-        per_class: Dict[str, int] = {}
+    def _walk_optimizers(self, col: Collector, names: dict[int, str],
+                         scope: Optional[set[int]]) -> None:
+        per_class: dict[str, int] = {}
         for ref in self._optimizers:
             opt = ref()
             if opt is None:

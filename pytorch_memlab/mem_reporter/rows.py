@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Optional
 
 import torch
 
@@ -29,7 +29,7 @@ class TensorRow:
     name: str
     device: str
     dtype: str                       # "float32", not "torch.float32"
-    shape: Tuple[int, ...]
+    shape: tuple[int, ...]
     numel: int
     bytes: int                       # bytes charged here: the storage size on its first row, else 0
     storage_bytes: int               # untyped_storage().nbytes(), on every row of the storage
@@ -65,9 +65,9 @@ class MemReport:
     data without formatting.
     """
 
-    def __init__(self, rows: List[TensorRow], devices: List[DeviceTotal],
+    def __init__(self, rows: list[TensorRow], devices: list[DeviceTotal],
                  verbose: bool = False, skipped: int = 0,
-                 blocks: Optional[List[BlockRow]] = None) -> None:
+                 blocks: Optional[list[BlockRow]] = None) -> None:
         self.rows = rows
         self.devices = devices
         self.blocks = list(blocks or [])   # CUDA blocks no found tensor holds
@@ -78,7 +78,7 @@ class MemReport:
     def total_bytes(self) -> int:
         return sum(d.bytes for d in self.devices)
 
-    def rows_on(self, device: Optional[DeviceSpec]) -> List[TensorRow]:
+    def rows_on(self, device: Optional[DeviceSpec]) -> list[TensorRow]:
         want = parse_filter(device, "rows_on(device=...)")
         return [r for r in self.rows if want is None or device_matches(want, torch.device(r.device))]
 
@@ -89,7 +89,7 @@ class MemReport:
                 return r
         raise KeyError(name)
 
-    def to_dicts(self) -> List[Dict[str, Any]]:
+    def to_dicts(self) -> list[dict[str, Any]]:
         out = []
         for r in self.rows:
             d = asdict(r)

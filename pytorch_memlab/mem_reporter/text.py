@@ -2,7 +2,7 @@
 allocator's blocks that add up to ``torch.cuda.memory_allocated()``."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List
+from typing import TYPE_CHECKING
 
 from ..common.sizes import readable_size, with_bytes
 from . import blocks
@@ -63,7 +63,7 @@ class MemReportText:
         return "\n".join(lines)
 
 
-def _block_lines(report: "MemReport", total: "DeviceTotal", rule: str) -> List[str]:
+def _block_lines(report: "MemReport", total: "DeviceTotal", rule: str) -> list[str]:
     """The allocator's blocks on a CUDA device: those no found tensor holds, then
     the sum that makes up torch.cuda.memory_allocated."""
     lines = []

@@ -3,7 +3,7 @@
 torch, so a saved profile's post-mortem prints where torch is not installed."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 from ..common.sizes import readable_size, with_bytes
 
@@ -12,7 +12,7 @@ def _size(n: Optional[int]) -> str:
     return "-" if n is None else readable_size(n)
 
 
-def hints(pm: Dict[str, Any]) -> List[str]:
+def hints(pm: dict[str, Any]) -> list[str]:
     """What to do about it, most telling first."""
     found = []
     requested, allocated = pm["requested_bytes"], pm["allocated_bytes"]
@@ -49,7 +49,7 @@ def _exact(n: Optional[int]) -> str:
     return "-" if n is None else with_bytes(n)
 
 
-def format_postmortem(pm: Dict[str, Any], qualname: str) -> str:
+def format_postmortem(pm: dict[str, Any], qualname: str) -> str:
     """The text printed after the line table."""
     out = [f"Out of memory ({pm['error']}) in {qualname} on {pm['device']}; "
            f"figures read {pm['when']}:",
