@@ -21,7 +21,7 @@ _EXPORTS = {
     "load": "pytorch_memlab.line_profiler",
     "MemReporter": "pytorch_memlab.mem_reporter",
     "Courtesy": "pytorch_memlab.courtesy",
-    "info": "pytorch_memlab._info",
+    "info": "pytorch_memlab.source_info",
 }
 
 __all__ = sorted(_EXPORTS) + ["load_ipython_extension"]
@@ -54,5 +54,5 @@ def __dir__() -> list[str]:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext pytorch_memlab``: registers %mlrun / %%mlrun."""
-    from pytorch_memlab.extension import load_ipython_extension as load
+    from pytorch_memlab.magics import load_ipython_extension as load
     load(ipython)

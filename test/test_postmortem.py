@@ -10,7 +10,7 @@ from helpers import line_of, run_script  # noqa: E402
 torch = pytest.importorskip("torch")
 
 from pytorch_memlab import LineProfiler, load  # noqa: E402
-from pytorch_memlab import _postmortem  # noqa: E402
+from pytorch_memlab import postmortem  # noqa: E402
 from pytorch_memlab.reports import postmortem_text  # noqa: E402
 from pytorch_memlab.line_profiler.timeline import read_totals  # noqa: E402
 
@@ -45,11 +45,11 @@ def test_cpu_allocation_failure_is_a_runtime_error():
     # what CPU torch raises: a RuntimeError naming the exact size, not OutOfMemoryError
     with pytest.raises(RuntimeError, match=f"you tried to allocate {TOO_MUCH} bytes") as info:
         torch.empty(TOO_MUCH, dtype=torch.uint8)
-    assert _postmortem.is_oom(info.value)
-    assert not _postmortem.is_oom(RuntimeError("shape mismatch"))
-    assert _postmortem.is_oom(torch.OutOfMemoryError(
+    assert postmortem.is_oom(info.value)
+    assert not postmortem.is_oom(RuntimeError("shape mismatch"))
+    assert postmortem.is_oom(torch.OutOfMemoryError(
         "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of ..."))
-    assert not _postmortem.is_oom(torch.OutOfMemoryError("CUDA out of memory (pretend)"))
+    assert not postmortem.is_oom(torch.OutOfMemoryError("CUDA out of memory (pretend)"))
 
 
 def test_postmortem_figures_are_exact():

@@ -208,9 +208,9 @@ def test_a_csv_carries_no_meanings_and_reads_them_by_name(saved_pair, tmp_path):
 
 def test_every_renderer_is_a_reporter():
     from pytorch_memlab.reports.base import reporter_for
-    from pytorch_memlab.reports.html_report import HtmlReport
+    from pytorch_memlab.reports.html_page import HtmlReport
     from pytorch_memlab.reports.notebook import NotebookReport
-    from pytorch_memlab.reports.text import TextReport
+    from pytorch_memlab.reports.text_table import TextReport
     assert type(reporter_for("text")) is TextReport
     assert type(reporter_for("notebook")) is NotebookReport
     assert type(reporter_for("html", title_text="t")) is HtmlReport

@@ -6,6 +6,6 @@ import argparse
 
 
 def info_command(args: argparse.Namespace) -> int:
-    from .._info import format_info, info
+    from ..source_info import format_info, info
     print(format_info(info()))
     return 0

@@ -6,13 +6,13 @@ import threading
 import types
 from typing import IO, TYPE_CHECKING, Any, Callable, Optional, Union
 
-from .. import _postmortem
+from .. import postmortem
 from .. import native
 from ..common.devices import DeviceArg, add_follower, note_cpu_fallback, resolve_devices
 from ..records import saved
 from ..records.document import to_document
 from ..records.model import VERSION_KEYS, FunctionRecord, Profile, TimelineRow
-from ..records.select import selects
+from ..records.selection import selects
 from ..reports.display import ProfileDisplay, untraced_note
 from .timeline import Timeline
 from .tracers import TracerSet
@@ -136,7 +136,7 @@ class LineProfiler:
         if self._fell_back:
             note_cpu_fallback()
         self._tracers.enable()
-        _postmortem.watch_cuda()   # reads an OOM's figures inside the failing allocation
+        postmortem.watch_cuda()   # reads an OOM's figures inside the failing allocation
 
     def enable(self) -> None:
         """Start profiling, in this thread and threads started from now on
@@ -231,12 +231,12 @@ class LineProfiler:
 
     def _note_exception(self, exc: BaseException) -> None:
         """Mark, in every profiled frame it went through, the line ``exc`` left by;
-        for an out-of-memory error, also keep its post-mortem (``_postmortem``),
+        for an out-of-memory error, also keep its post-mortem (``postmortem``),
         read now, while the traceback's frames still hold the tensors."""
         codes = CodesByIdentity(code for entry in self._entries for code in entry.codes)
-        failed_in = _postmortem.innermost(exc, codes)
+        failed_in = postmortem.innermost(exc, codes)
         if failed_in is not None:
-            found = _postmortem.capture(exc)
+            found = postmortem.capture(exc)
             if found is not None:
                 self._postmortem = (failed_in, found)
         tb = exc.__traceback__
@@ -278,7 +278,7 @@ class LineProfiler:
                                  f"(registered: {', '.join(e.qualname for e in self._entries)})")
             records = build_records(entries, self._tracers.labels(), self._tracers.stats(),
                                     self.columns, shown, self._raised)
-            return _postmortem.attach(records, self._postmortem)
+            return postmortem.attach(records, self._postmortem)
 
     def _untraced_notes(self, entries: list[FunctionEntry],
                         records: list[FunctionRecord]) -> list[str]:
@@ -354,5 +354,5 @@ class LineProfiler:
 
     def to_dataframe(self, func: Any = None, columns: ColumnsArg = None) -> "pandas.DataFrame":
         """One row per (function, device, source line); needs pandas."""
-        from ..records.frames import dataframe
+        from ..records.dataframe import dataframe
         return dataframe(self.stats(func, columns))

@@ -11,7 +11,7 @@ import torch
 from ..common.devices import DeviceSpec, device_matches, parse_device
 from ..reports.base import Reporter
 from .blocks import BlockRow
-from .text import MemReportText
+from .table_text import MemReportText
 
 REPORT_DEVICES = ("None (every device), a str such as 'cpu', 'cuda' (every CUDA device) or "
                   "'cuda:0', an int (a CUDA index) or a torch.device")

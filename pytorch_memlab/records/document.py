@@ -40,7 +40,7 @@ the max of per-execution peaks, counters ("*.allocated"/"*.freed") by sums,
 levels (the rest) by the max of end-of-line values.  Bytes are exact integers.  ``raised``
 names the exception that left the function through that line.  The record of
 the innermost function an out-of-memory error escaped also has a
-``"postmortem"`` object (its keys: ``pytorch_memlab/_postmortem.py``).  A reader
+``"postmortem"`` object (its keys: ``pytorch_memlab/postmortem.py``).  A reader
 accepts any file whose schema_version is not newer than its own and ignores
 keys it does not know (keeping them, as a torchrun rank's ``"rank"``); a change
 of meaning bumps the version.

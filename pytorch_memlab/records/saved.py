@@ -10,7 +10,7 @@ from typing import IO, TYPE_CHECKING, Any, Optional, Union
 from . import csv_file, json_file
 from .document import all_columns, to_document
 from .model import FunctionRecord, Profile
-from .select import selects
+from .selection import selects
 
 if TYPE_CHECKING:
     import pandas
@@ -115,7 +115,7 @@ class SavedProfile:
         return self.display()._repr_html_()
 
     def to_dataframe(self, func: Any = None, columns: Any = None) -> "pandas.DataFrame":
-        from .frames import dataframe
+        from .dataframe import dataframe
         return dataframe(self.stats(func, columns))
 
     def to_dict(self) -> dict[str, Any]:

@@ -30,12 +30,12 @@ def reporter_for(format: str, **options: Any) -> Reporter[Profile]:
     ``repr``), "notebook" (``_repr_html_``) or "html" (the report page;
     ``options``: ``title_text``)."""
     if format == "text":
-        from .text import TextReport
+        from .text_table import TextReport
         return TextReport(**options)
     if format == "notebook":
         from .notebook import NotebookReport
         return NotebookReport(**options)
     if format == "html":
-        from .html_report import HtmlReport
+        from .html_page import HtmlReport
         return HtmlReport(**options)
     raise ValueError(f"format={format!r}: expected one of {', '.join(PROFILE_FORMATS)}")

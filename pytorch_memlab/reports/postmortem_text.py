@@ -1,5 +1,5 @@
 """The post-mortem of an out-of-memory error as text: the figures and hints
-``_postmortem.capture`` gathered, printed under the line table.  Needs no
+``postmortem.capture`` gathered, printed under the line table.  Needs no
 torch, so a saved profile's post-mortem prints where torch is not installed."""
 from __future__ import annotations
 

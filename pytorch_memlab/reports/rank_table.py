@@ -16,7 +16,7 @@ from ..records.document import from_document
 from ..records.meanings import Field
 from ..records.model import GROWTH, LineRecord, column_unit
 from .sections import Figure, Row, Table, cell, raised_note
-from .text import section_text
+from .text_table import section_text
 
 MAX_RANK_GROUPS = 4
 
