@@ -1,9 +1,9 @@
 """Command line: ``python -m pytorch_memlab demo | run | view | info``.
 
-The verbs live in ``pytorch_memlab.cli``; this module checks that what a verb
-needs is installed (one line and exit 1 if not) and dispatches.  ``demo`` and
-``info`` are imported only when asked for: they import torch, and ``view``
-works without it."""
+The verbs are the commands of ``pytorch_memlab.cli``; this module checks
+that what a verb needs is installed (one line and exit 1 if not), runs it,
+and turns its error into one line and its exit status.  ``view`` works
+without torch."""
 from __future__ import annotations
 
 import sys
@@ -20,25 +20,15 @@ def _ready(torch: bool) -> bool:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    from pytorch_memlab.cli.parser import build_parser, parse_run
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser, run = build_parser()
-    if argv and argv[0] == "run":
-        if not _ready(torch=True):
-            return 1
-        from pytorch_memlab.cli.run import run_command
-        return run_command(parse_run(parser, run, argv))
-    args = parser.parse_args(argv)
-    if not _ready(torch=args.command != "view"):
+    from pytorch_memlab.cli import CommandError, parse
+    command, args = parse(list(sys.argv[1:] if argv is None else argv))
+    if not _ready(torch=command.needs_torch):
         return 1
-    if args.command == "demo":
-        from pytorch_memlab.cli.demo import demo_command
-        return demo_command(args)
-    if args.command == "info":
-        from pytorch_memlab.cli.info import info_command
-        return info_command(args)
-    from pytorch_memlab.cli.view import view_command
-    return view_command(args)
+    try:
+        return command.run(args)
+    except CommandError as exc:     # the one place a verb's error becomes its status
+        print(f"pytorch_memlab {command.name}: error: {exc}", file=sys.stderr)
+        return exc.status
 
 
 if __name__ == "__main__":

@@ -264,30 +264,6 @@ def _group_usable() -> bool:
         return False
 
 
-def view_ranks(out_dir: str, output: Optional[str] = None) -> int:
-    """``python -m pytorch_memlab view DIR/ [-o report.html]``: exit status."""
-    try:
-        docs = read_rank_dir(out_dir)
-    except (OSError, ValueError) as exc:
-        print(f"pytorch_memlab view: error: {exc}", file=sys.stderr)
-        return 2
-    if output is None:
-        sys.stdout.write(merged_text(docs, out_dir) + "\n")
-        return 0
-    if os.path.splitext(output)[1].lower() not in (".html", ".htm"):
-        print(f"pytorch_memlab view: error: -o {output!r}: a folder of rank profiles "
-              "becomes an .html report", file=sys.stderr)
-        return 2
-    from .html_report import write_ranks_report
-    try:
-        write_ranks_report(docs, output)
-    except OSError as exc:
-        print(f"pytorch_memlab view: error: could not write {output}: {exc}", file=sys.stderr)
-        return 2
-    print(f"pytorch_memlab: wrote {output}", file=sys.stderr)
-    return 0
-
-
 # ---- @profile under torchrun ----------------------------------------------------
 
 _decorator_reporter: Optional[RankReporter] = None

@@ -310,9 +310,9 @@ def test_demo_still_runs(tmp_path):
 ])
 def test_run_arguments_after_the_program_are_its_own(argv, module, script, program_args):
     # As with `python script.py ...`: run's options stop at the script or -m MODULE.
-    from pytorch_memlab.cli import build_parser, parse_run
-    parser, run = build_parser()
-    args = parse_run(parser, run, ["run"] + argv)
+    from pytorch_memlab.cli import parse
+    command, args = parse(["run"] + argv)
+    assert command.name == "run"
     assert (args.module, args.script, args.args) == (module, script, program_args)
 
 
@@ -322,10 +322,9 @@ def test_run_arguments_after_the_program_are_its_own(argv, module, script, progr
     (["-m"], "-m needs a MODULE"),
 ])
 def test_run_without_a_program_is_a_usage_error(argv, message, capsys):
-    from pytorch_memlab.cli import build_parser, parse_run
-    parser, run = build_parser()
+    from pytorch_memlab.cli import parse
     with pytest.raises(SystemExit) as exc:
-        parse_run(parser, run, ["run"] + argv)
+        parse(["run"] + argv)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
 

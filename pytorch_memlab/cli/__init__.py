@@ -1,10 +1,11 @@
-"""``python -m pytorch_memlab``: one module per verb (``run``, ``view``,
-``info``, ``demo``), the program ``run`` executes (``program``), the functions
-it profiles (``register``, ``find_functions``) and the grammar (``parser``).
-``demo`` and ``info`` import torch, so they are not imported here."""
-from .parser import add_run_parser, add_view_parser, build_parser, parse_run
-from .run import run_command
-from .view import view_command
+"""``python -m pytorch_memlab``: each verb is a ``Command`` (``command``),
+listed in ``commands.COMMANDS``, from which the grammar (``parser``) and the
+dispatch (``__main__``) are made; a verb's work lives in its own module
+(``run``, ``view``, ``demo``), with the program ``run`` executes
+(``program``) and the functions it profiles (``register``,
+``find_functions``).  Nothing here imports torch."""
+from .command import USAGE_ERROR, Command, CommandError
+from .commands import COMMANDS
+from .parser import build_parser, parse
 
-__all__ = ["add_run_parser", "add_view_parser", "build_parser", "parse_run", "run_command",
-           "view_command"]
+__all__ = ["COMMANDS", "USAGE_ERROR", "Command", "CommandError", "build_parser", "parse"]

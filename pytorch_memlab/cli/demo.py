@@ -1,6 +1,5 @@
 """`python -m pytorch_memlab demo`: profile one training step of a small MLP,
 on the current CUDA device if there is one, else on the CPU."""
-import argparse
 from typing import Optional
 
 import torch
@@ -35,8 +34,3 @@ def run_demo(device: Optional[str] = None) -> LineProfiler:
     print(f"pytorch_memlab demo: 3 training steps of a 1024-4096-1024 MLP on {device}")
     profiler.print_stats(columns=("active_bytes.all.peak", "reserved_bytes.all.peak"))
     return profiler
-
-
-def demo_command(args: argparse.Namespace) -> int:
-    run_demo(args.device)
-    return 0

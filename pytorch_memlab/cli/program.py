@@ -11,17 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from . import find_functions as find
-
-
-USAGE_ERROR = 2
-
-
-class RunError(Exception):
-    """A problem found before the program starts: message and exit status."""
-
-    def __init__(self, message: str, status: int = USAGE_ERROR) -> None:
-        super().__init__(message)
-        self.status = status
+from .command import CommandError
 
 
 # ---- the program to run ----------------------------------------------------------
@@ -42,10 +32,10 @@ class Program:
         try:
             code = find.compile_file(filename)
         except OSError as exc:
-            raise RunError(f"can't open file {path!r}: {exc.strerror or exc}") from None
+            raise CommandError(f"can't open file {path!r}: {exc.strerror or exc}") from None
         except (SyntaxError, ValueError) as exc:
             text = "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
-            raise RunError(text, 1) from None
+            raise CommandError(text, 1) from None
         env = {"__name__": "__main__", "__file__": filename, "__builtins__": builtins,
                "__package__": None, "__spec__": None, "__cached__": None, "__doc__": None,
                "__loader__": importlib.machinery.SourceFileLoader("__main__", filename)}
@@ -59,7 +49,7 @@ class Program:
                 name = name + ".__main__"
                 code, spec = find.module_source_code(name)
         except ImportError as exc:
-            raise RunError(f"-m {name}: {exc}") from None
+            raise CommandError(f"-m {name}: {exc}") from None
         env = {"__name__": "__main__", "__file__": spec.origin, "__builtins__": builtins,
                "__package__": spec.parent, "__spec__": spec, "__loader__": spec.loader,
                "__cached__": spec.cached, "__doc__": None}

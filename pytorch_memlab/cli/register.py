@@ -8,7 +8,8 @@ import types
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 from . import find_functions as find
-from .program import Program, RunError
+from .command import CommandError
+from .program import Program
 
 
 @dataclass
@@ -25,7 +26,7 @@ def parse_func(raw: str) -> FuncSpec:
     if not sep:
         return FuncSpec(raw, "main", None, raw)
     if not where or not qualname or qualname.startswith("\\"):
-        raise RunError(f"-f {raw!r}: expected QUALNAME, path.py:QUALNAME or module:QUALNAME")
+        raise CommandError(f"-f {raw!r}: expected QUALNAME, path.py:QUALNAME or module:QUALNAME")
     if where.endswith((".py", ".pyw")) or "/" in where or os.sep in where:
         return FuncSpec(raw, "path", os.path.abspath(where), qualname)
     return FuncSpec(raw, "module", where, qualname)
@@ -53,7 +54,7 @@ class Registrar:
                         where: str) -> None:
         found = find.match(tree, spec.qualname)
         if not found:
-            raise RunError(f"-f {spec.raw}: " + find.not_found(spec.qualname, where, tree))
+            raise CommandError(f"-f {spec.raw}: " + find.not_found(spec.qualname, where, tree))
         for qualname, code in found:
             self.register(qualname, code)
 
@@ -86,12 +87,12 @@ class Registrar:
         try:
             tree = list(find.iter_codes(find.compile_file(spec.where)))
         except OSError as exc:
-            raise RunError(f"-f {spec.raw}: can't open file {spec.where!r}: "
+            raise CommandError(f"-f {spec.raw}: can't open file {spec.where!r}: "
                            f"{exc.strerror or exc}") from None
         except (SyntaxError, ValueError) as exc:
-            raise RunError(f"-f {spec.raw}: {spec.where} does not compile: {exc}") from None
+            raise CommandError(f"-f {spec.raw}: {spec.where} does not compile: {exc}") from None
         if not find.match(tree, spec.qualname):
-            raise RunError(f"-f {spec.raw}: " + find.not_found(spec.qualname, spec.where,
+            raise CommandError(f"-f {spec.raw}: " + find.not_found(spec.qualname, spec.where,
                                                                     tree))
         self.by_path.setdefault(os.path.realpath(spec.where), []).append(spec.qualname)
         self.pending.append(spec)
@@ -103,11 +104,11 @@ class Registrar:
             try:
                 code, _ = find.module_source_code(name)   # may import its parents
             except ImportError as exc:
-                raise RunError(f"-f {spec.raw}: {exc}") from None
+                raise CommandError(f"-f {spec.raw}: {exc}") from None
             if name not in sys.modules:
                 tree = list(find.iter_codes(code))
                 if not find.match(tree, spec.qualname):
-                    raise RunError(f"-f {spec.raw}: " + find.not_found(
+                    raise CommandError(f"-f {spec.raw}: " + find.not_found(
                         spec.qualname, f"module {name} ({code.co_filename})", tree))
                 self.by_name.setdefault(name, []).append(spec.qualname)
                 self.pending.append(spec)

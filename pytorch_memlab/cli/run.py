@@ -19,7 +19,8 @@ import threading
 import traceback
 import types
 from typing import Any, Optional, Sequence
-from .program import Program, RunError
+from .command import CommandError
+from .program import Program
 from .register import Registrar, parse_func
 from .stdout import print_tables
 
@@ -101,7 +102,7 @@ def _check_output(path: Optional[str], allowed: Sequence[str], option: str) -> N
         return
     ext = os.path.splitext(path)[1].lower()
     if ext not in allowed:
-        raise RunError(f"{option} {path!r}: the file name must end in {' or '.join(allowed)}")
+        raise CommandError(f"{option} {path!r}: the file name must end in {' or '.join(allowed)}")
     _check_writable(path, option)
 
 
@@ -109,7 +110,7 @@ def _check_writable(path: str, option: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path) or not os.path.isdir(folder) or not os.access(folder, os.W_OK) \
             or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise RunError(f"{option} {path}: cannot write there (no such folder, or no "
+        raise CommandError(f"{option} {path}: cannot write there (no such folder, or no "
                        "permission)")
 
 
@@ -127,7 +128,7 @@ def _check_device(device: Optional[str]) -> Optional[str]:
               "(pass -d cpu to say so and silence this note)", file=sys.stderr)
         return "cpu"
     if re.fullmatch(r"cpu|cuda|cuda:\d+|all", device) is None:
-        raise RunError(f"-d {device!r}: expected {CLI_DEVICES}")
+        raise CommandError(f"-d {device!r}: expected {CLI_DEVICES}")
     return device
 
 
@@ -137,15 +138,8 @@ def _columns(values: Optional[Sequence[str]]) -> Optional[list[str]]:
     return [name.strip() for value in values for name in value.split(",") if name.strip()]
 
 
-def run_command(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except RunError as exc:
-        print(f"pytorch_memlab run: error: {exc}", file=sys.stderr)
-        return exc.status
-
-
-def _run(args: argparse.Namespace) -> int:
+def run_program(args: argparse.Namespace) -> int:
+    """``run``: the program's exit status; CommandError for bad usage."""
     from ..distributed import rank_env
     ranked = rank_env()
     if ranked is None:
@@ -153,7 +147,7 @@ def _run(args: argparse.Namespace) -> int:
     else:    # torchrun: -o names the folder of rank<R>.json files
         args.output = args.output or os.environ.get("PYTORCH_MEMLAB_OUT")
         if args.output and os.path.splitext(args.output)[1].lower() in (".json", ".csv"):
-            raise RunError(f"-o {args.output!r}: under torchrun -o names a folder, where "
+            raise CommandError(f"-o {args.output!r}: under torchrun -o names a folder, where "
                            "each rank writes rank<R>.json")
         if args.device is None:
             args.device = ranked.device()
@@ -169,7 +163,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         profiler = LineProfiler(device=args.device, columns=_columns(args.column))
     except (ValueError, TypeError) as exc:
-        raise RunError(str(exc)) from None
+        raise CommandError(str(exc)) from None
     registrar = Registrar(profiler, program)
     if specs:
         for spec in specs:

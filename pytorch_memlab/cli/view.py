@@ -1,50 +1,64 @@
-"""``python -m pytorch_memlab view``: print a saved profile, convert it, or
-write its HTML report."""
+"""``python -m pytorch_memlab view``: print a saved profile or a folder of
+rank files, convert a profile, or write its HTML report.  Needs no torch."""
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from .program import USAGE_ERROR
-from .run import _write_html
+from typing import Optional
+
+from .command import CommandError
 from .stdout import print_tables
 
 
-# ---- view --------------------------------------------------------------------------
-
-def view_command(args: argparse.Namespace) -> int:
-    if os.path.isdir(args.profile):
-        from ..distributed import view_ranks
-        return view_ranks(args.profile, args.output)
-    if not os.path.exists(args.profile):
-        print(f"pytorch_memlab view: error: {args.profile}: no such file", file=sys.stderr)
-        return USAGE_ERROR
+def view(path: str, output: Optional[str]) -> int:
+    if os.path.isdir(path):
+        return _view_ranks(path, output)
+    if not os.path.exists(path):
+        raise CommandError(f"{path}: no such file")
     from ..records.saved import load
     try:
-        saved = load(args.profile)
+        saved = load(path)
     except (OSError, ValueError, TypeError, KeyError) as exc:  # UnicodeDecodeError is a ValueError
         # One line, never a traceback: a file that is not a profile is a usage error.
         reason = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"pytorch_memlab view: error: {args.profile}: not a saved profile "
-              f"(expected a .json or .csv written by `run -o` or save()): {reason}",
-              file=sys.stderr)
-        return USAGE_ERROR
-    if args.output is None:
+        raise CommandError(f"{path}: not a saved profile (expected a .json or .csv written by "
+                           f"`run -o` or save()): {reason}") from None
+    if output is None:
         print_tables(saved.print_stats)
         return 0
-    ext = os.path.splitext(args.output)[1].lower()
+    ext = os.path.splitext(output)[1].lower()
+    if ext not in (".html", ".htm", ".json", ".csv"):
+        raise CommandError(f"-o {output!r}: the file name must end in .html, .json or .csv")
     try:
         if ext in (".html", ".htm"):
-            _write_html(saved.to_dict(), args.output)
-        elif ext in (".json", ".csv"):
-            saved.save(args.output)
+            from ..html_report import write_report
+            write_report(saved.to_dict(), output)
         else:
-            print(f"pytorch_memlab view: error: -o {args.output!r}: the file name must end "
-                  "in .html, .json or .csv", file=sys.stderr)
-            return USAGE_ERROR
+            saved.save(output)
     except OSError as exc:
-        print(f"pytorch_memlab view: error: could not write {args.output}: {exc}",
-              file=sys.stderr)
-        return USAGE_ERROR
-    print(f"pytorch_memlab: wrote {args.output}", file=sys.stderr)
+        raise CommandError(f"could not write {output}: {exc}") from None
+    print(f"pytorch_memlab: wrote {output}", file=sys.stderr)
+    return 0
+
+
+def _view_ranks(folder: str, output: Optional[str]) -> int:
+    """A folder of rank<R>.json files written under torchrun: the merged table,
+    or with -o the per-rank HTML report."""
+    from ..distributed import merged_text, read_rank_dir
+    try:
+        docs = read_rank_dir(folder)
+    except (OSError, ValueError) as exc:
+        raise CommandError(str(exc)) from None
+    if output is None:
+        text = merged_text(docs, folder)
+        print_tables(lambda: print(text))
+        return 0
+    if os.path.splitext(output)[1].lower() not in (".html", ".htm"):
+        raise CommandError(f"-o {output!r}: a folder of rank profiles becomes an .html report")
+    from ..html_report import write_ranks_report
+    try:
+        write_ranks_report(docs, output)
+    except OSError as exc:
+        raise CommandError(f"could not write {output}: {exc}") from None
+    print(f"pytorch_memlab: wrote {output}", file=sys.stderr)
     return 0
