@@ -28,7 +28,13 @@ from pytorch_memlab.records.meanings import torch_meaning as _torch_meaning
 MECHANISM: str = _tracer.MECHANISM
 
 __all__ = ["MECHANISM", "Field", "Tracer", "field_meaning", "field_table", "get_source",
-           "install_thread_hook", "prepare", "sample", "source_fields"]
+           "install_thread_hook", "is_compiled", "prepare", "sample", "source_fields"]
+
+
+def is_compiled(source: Any) -> bool:
+    """Is ``source`` one of the shim's sources (a capsule the tracer reads in
+    C), rather than a Python object with ``sample()``?"""
+    return type(source).__name__ == "PyCapsule"
 
 
 def install_thread_hook() -> None:

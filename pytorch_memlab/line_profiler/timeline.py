@@ -27,7 +27,7 @@ _readers: dict[str, Reader] = {}
 
 def _make_reader(kind: str) -> Reader:
     source = native.get_source(kind)
-    if type(source).__name__ == "PyCapsule":
+    if native.is_compiled(source):
         sample: Callable[[int], Sequence[int]] = lambda device: native.sample(kind, device)
         fields = list(native.source_fields(kind))
     else:
