@@ -10,7 +10,17 @@ import argparse
 from .command import Command
 
 
-class DemoCommand:
+class Verb:
+    """What a verb does not declare: no options, nothing to complete."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        pass
+
+    def complete(self, parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+        pass
+
+
+class DemoCommand(Verb):
     name = "demo"
     help = "profile a training step of a small built-in model"
     needs_torch = True
@@ -20,16 +30,13 @@ class DemoCommand:
                             help="'cpu', 'cuda' or 'cuda:N' (default: CUDA if available, "
                                  "else CPU)")
 
-    def complete(self, parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-        pass
-
     def run(self, args: argparse.Namespace) -> int:
         from .demo import run_demo
         run_demo(args.device)
         return 0
 
 
-class RunCommand:
+class RunCommand(Verb):
     name = "run"
     help = "profile a script or module without editing it"
     needs_torch = True
@@ -86,7 +93,7 @@ class RunCommand:
         return run_program(args)
 
 
-class ViewCommand:
+class ViewCommand(Verb):
     name = "view"
     help = "print a saved profile, or write its HTML report"
     needs_torch = False
@@ -100,24 +107,15 @@ class ViewCommand:
         parser.add_argument("-o", "--output", metavar="OUT",
                             help="report.html, or a .json / .csv")
 
-    def complete(self, parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-        pass
-
     def run(self, args: argparse.Namespace) -> int:
         from .view import view
         return view(args.profile, args.output)
 
 
-class InfoCommand:
+class InfoCommand(Verb):
     name = "info"
     help = "which memory source and reading path each device uses"
     needs_torch = True
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        pass
-
-    def complete(self, parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-        pass
 
     def run(self, args: argparse.Namespace) -> int:
         from ..source_info import format_info, info
