@@ -239,14 +239,10 @@ def test_code_with_unhashable_constants_is_traced():
 
 # ---- the module executed again ---------------------------------------------------------
 
-@monitoring_only
-def test_module_executed_again_keeps_live_state():
-    # a second exec of the module (del sys.modules[...], import) replaced the
-    # set of instrumented codes: disable() then left work()'s local events on,
-    # and the next owner of the tool id got LINE events it never asked for
-    proc = run_fresh('''
-        import importlib
-        import sys
+# A child script's start: a tracer of the module as first imported, enabled on
+# work(), which has run once.
+ENABLED_BEFORE_REIMPORT = '''
+        import importlib, os, sys, threading
         from pytorch_memlab import _testsource, _tracer
 
         def work():
@@ -257,6 +253,15 @@ def test_module_executed_again_keeps_live_state():
         t.add_code(work.__code__)
         t.enable()
         work()
+'''
+
+
+@monitoring_only
+def test_module_executed_again_keeps_live_state():
+    # a second exec of the module (del sys.modules[...], import) replaced the
+    # set of instrumented codes: disable() then left work()'s local events on,
+    # and the next owner of the tool id got LINE events it never asked for
+    proc = run_fresh(ENABLED_BEFORE_REIMPORT + '''
         tool = t.tool_id
         del sys.modules["pytorch_memlab._tracer"]
         again = importlib.import_module("pytorch_memlab._tracer")
@@ -293,18 +298,7 @@ def test_module_executed_again_keeps_live_state():
 def test_module_executed_again_keeps_the_settrace_hook():
     # a second exec made a new thread-starter token: the old tracer's disable()
     # no longer recognised the one in threading._trace_hook and left it set
-    proc = run_fresh('''
-        import importlib, os, sys, threading
-        from pytorch_memlab import _testsource, _tracer
-
-        def work():
-            x = 1
-            return x
-
-        t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
-        t.add_code(work.__code__)
-        t.enable()
-        work()
+    proc = run_fresh(ENABLED_BEFORE_REIMPORT + '''
         os.environ.pop("PYTORCH_MEMLAB_TRACER", None)   # the choice is made once
         del sys.modules["pytorch_memlab._tracer"]
         again = importlib.import_module("pytorch_memlab._tracer")

@@ -274,6 +274,20 @@ def main_work(src):
     return 0  # done
 
 
+def start_blocked_opener(src):
+    """A thread that enters opener_work and blocks in src.open_reader() until
+    src.release is set; returned once it is blocked there."""
+    def opener():
+        src.block_thread = threading.get_ident()
+        _tracer.install_thread_hook()
+        opener_work()
+
+    th = threading.Thread(target=opener, name="opener")
+    th.start()
+    assert src.blocked.wait(30)
+    return th
+
+
 def test_reader_slot_is_not_taken_while_its_register_opens():
     # While one thread's open_reader() ran, its reader slot still read
     # "closed": another thread took it and opened a register of its own.
@@ -284,16 +298,9 @@ def test_reader_slot_is_not_taken_while_its_register_opens():
     t.add_code(opener_work.__code__)
     t.add_code(main_work.__code__)
 
-    def opener():
-        src.block_thread = threading.get_ident()
-        _tracer.install_thread_hook()
-        opener_work()
-
     t.enable()
     try:
-        th = threading.Thread(target=opener, name="opener")
-        th.start()
-        assert src.blocked.wait(30)
+        th = start_blocked_opener(src)
         main_work(src)
         th.join(30)
         assert not th.is_alive()
@@ -313,16 +320,9 @@ def test_register_opened_while_disabled_is_closed():
     t = _tracer.Tracer(src, 0, ["bytes.current"])
     t.add_code(opener_work.__code__)
 
-    def opener():
-        src.block_thread = threading.get_ident()
-        _tracer.install_thread_hook()
-        opener_work()
-
     t.enable()
     try:
-        th = threading.Thread(target=opener, name="opener")
-        th.start()
-        assert src.blocked.wait(30)
+        th = start_blocked_opener(src)
         t.disable()
         src.release.set()
         th.join(30)
