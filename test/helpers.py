@@ -31,6 +31,14 @@ def line_figures(prof, func, text, device=None):
     raise AssertionError(f"{func.__qualname__} has no record on {device}")
 
 
+def tracer_figures(tracer, func, text):
+    """(count, growth, {column: value}) of the line of ``func`` containing
+    ``text``, from a ``_tracer.Tracer``'s stats(): the tracer-level twin of
+    line_figures."""
+    count, growth, values = dict(tracer.stats())[func.__code__][line_of(func, text)]
+    return count, growth, dict(zip(tracer.columns, values))
+
+
 def run_script(tmp_path, source, expect_rc=0, env=None, timeout=300):
     """Run source as a script file (so its lines have source text);
     (stdout, stderr)."""

@@ -72,8 +72,8 @@ fold_reading(TracerObject *t, ThreadStack *stack, int rc)
     if (rc != SAMPLER_POLLED) {
         return;
     }
-    for (int s = 0; s < t->threads.n_stacks; s++) {
-        ThreadStack *other = t->threads.stacks[s];
+    for (int s = 0; s < t->threads.n; s++) {
+        ThreadStack *other = t->threads.records[s];
         if (other != stack && other->depth > 0
             && sampler_polls(&t->sampler, other->thread)
             && thread_alive(other->thread)) {
@@ -239,8 +239,8 @@ tracer_on_leave(TracerObject *t, LineTable *table)
 void
 tracer_close_all_frames(TracerObject *t)
 {
-    for (int s = 0; s < t->threads.n_stacks; s++) {
-        ThreadStack *stack = t->threads.stacks[s];
+    for (int s = 0; s < t->threads.n; s++) {
+        ThreadStack *stack = t->threads.records[s];
         int64_t level = 0;
         int read_ok = stack->depth > 0 && fold_interval(t, stack, &level, 0) == 0;
         while (stack->depth > 0) {
@@ -264,8 +264,8 @@ tracer_fold_now(TracerObject *t)
 void
 tracer_restart_levels(TracerObject *t, int64_t level)
 {
-    for (int s = 0; s < t->threads.n_stacks; s++) {
-        ThreadStack *stack = t->threads.stacks[s];
+    for (int s = 0; s < t->threads.n; s++) {
+        ThreadStack *stack = t->threads.records[s];
         for (int i = 0; i < stack->depth; i++) {
             stack->frames[i].start_level = level;
         }

@@ -1,198 +1,82 @@
 #include "sampler.h"
 
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int python_values(Sampler *s, PyObject *values);
+/* Every operation below takes one path for any source: a Source's table of
+ * calls (source.h).  Where a call may not raise (an event, stop()), the
+ * exception in flight is set aside around the source's calls and a Python
+ * source's own error goes to sys.unraisablehook (quiet_begin/quiet_end);
+ * where it may (start()), the source's own error reaches the caller. */
+
+static void
+quiet_begin(const Sampler *s, memlab_saved_exc *saved)
+{
+    if (s->source.ops->runs_python) {
+        memlab_save_exc(saved);
+    }
+}
+
+/* After a failed call on a quiet path: report the source's error, if it
+ * set one, before calling it again.  (A compiled source sets none, and the
+ * exception in flight was not set aside for it.) */
+static void
+quiet_report(const Sampler *s)
+{
+    if (s->source.ops->runs_python && PyErr_Occurred()) {
+        PyErr_WriteUnraisable(s->source.object);
+    }
+}
+
+static void
+quiet_end(const Sampler *s, memlab_saved_exc *saved)
+{
+    if (s->source.ops->runs_python) {
+        if (PyErr_Occurred()) {
+            PyErr_WriteUnraisable(s->source.object);
+        }
+        memlab_restore_exc(saved);
+    }
+}
 
 /* ---- the source's identity -------------------------------------------- */
-
-static const memlab_source *
-capsule_source(PyObject *source)
-{
-    if (!PyCapsule_IsValid(source, MEMLAB_SOURCE_CAPSULE)) {
-        return NULL;
-    }
-    const memlab_source *src = PyCapsule_GetPointer(source, MEMLAB_SOURCE_CAPSULE);
-    if (src == NULL) {
-        return NULL;
-    }
-    if (src->abi_version != MEMLAB_SOURCE_ABI_VERSION) {
-        PyErr_Format(PyExc_ImportError,
-                     "memory source ABI %d, tracer expects %d: rebuild pytorch_memlab "
-                     "from its checkout; this prints the exact command: python -c "
-                     "\"import pytorch_memlab._install as i; print(i.rebuild_command())\"",
-                     src->abi_version, MEMLAB_SOURCE_ABI_VERSION);
-        return NULL;
-    }
-    return src;
-}
 
 /* (name, fields) as Python objects; NULL with an exception set. */
 PyObject *
 sampler_source_info(PyObject *source)
 {
-    if (PyCapsule_CheckExact(source)) {
-        const memlab_source *src = capsule_source(source);
-        if (src == NULL) {
-            if (!PyErr_Occurred()) {
-                PyErr_SetString(PyExc_TypeError, "capsule is not a pytorch_memlab memory source");
-            }
-            return NULL;
-        }
-        PyObject *fields = PyTuple_New(src->n_fields);
-        if (fields == NULL) {
-            return NULL;
-        }
-        for (int i = 0; i < src->n_fields; i++) {
-            PyObject *name = PyUnicode_FromString(src->fields[i].name);
-            if (name == NULL) {
-                Py_DECREF(fields);
-                return NULL;
-            }
-            PyTuple_SET_ITEM(fields, i, name);
-        }
-        return Py_BuildValue("(sN)", src->name, fields);
+    Source src;
+    PyObject *info = NULL;
+    if (source_open(&src, source) == 0) {
+        info = PyTuple_Pack(2, src.name, src.field_names);
     }
-    PyObject *name = PyObject_GetAttrString(source, "name");
-    PyObject *fields = name ? PyObject_GetAttrString(source, "fields") : NULL;
-    PyObject *tuple = fields ? PySequence_Tuple(fields) : NULL;
-    Py_XDECREF(fields);
-    if (tuple == NULL) {
-        Py_XDECREF(name);
-        if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
-            PyErr_SetString(PyExc_TypeError, "a memory source is a pytorch_memlab capsule "
-                            "or an object with name, fields, prepare(), sample(), reset_peaks()");
-        }
-        return NULL;
-    }
-    return Py_BuildValue("(NN)", name, tuple);
-}
-
-/* ---- what each field is ------------------------------------------------ */
-
-static const char *const kind_names[] = {"level", "peak", "counter"};
-static const char *const unit_names[] = {"count", "bytes"};
-#define N_KINDS 3
-#define N_UNITS 2
-#define KINDS_ACCEPTED "'level', 'peak' or 'counter'"
-#define UNITS_ACCEPTED "'count' or 'bytes'"
-
-/* A Python source's `attr` (e.g. kinds = ("level", "peak")) as codes, one per
- * field: each str must be one of `names`.  With `fallback` >= 0, a missing
- * attribute gives every field that code.  0, or -1 with an exception set. */
-static int
-python_codes(PyObject *source, const char *attr, const char *const *names, int n_names,
-             const char *accepted, int fallback, int n_fields, int *out)
-{
-    PyObject *value = NULL, *seq = NULL;
-    int ret = -1;
-    value = PyObject_GetAttrString(source, attr);
-    if (value == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
-            return -1;
-        }
-        PyErr_Clear();
-        if (fallback < 0) {
-            PyErr_Format(PyExc_TypeError, "a Python memory source needs `%s`: %s "
-                         "for each field", attr, accepted);
-            return -1;
-        }
-        for (int f = 0; f < n_fields; f++) {
-            out[f] = fallback;
-        }
-        return 0;
-    }
-    seq = PySequence_Fast(value, "a memory source's kinds / units must be a sequence of str");
-    if (seq == NULL) {
-        goto error;
-    }
-    if (PySequence_Fast_GET_SIZE(seq) != n_fields) {
-        PyErr_Format(PyExc_ValueError, "memory source: %zd %s for %d fields; expected one each",
-                     PySequence_Fast_GET_SIZE(seq), attr, n_fields);
-        goto error;
-    }
-    for (int f = 0; f < n_fields; f++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, f);
-        const char *text = PyUnicode_Check(item) ? PyUnicode_AsUTF8(item) : NULL;
-        if (text == NULL && PyErr_Occurred()) {
-            goto error;
-        }
-        out[f] = -1;
-        for (int k = 0; text != NULL && k < n_names; k++) {
-            if (strcmp(text, names[k]) == 0) {
-                out[f] = k;
-            }
-        }
-        if (out[f] < 0) {
-            PyErr_Format(PyExc_ValueError, "memory source: %s[%d] is %R; expected %s",
-                         attr, f, item, accepted);
-            goto error;
-        }
-    }
-    ret = 0;
-error:
-    Py_XDECREF(seq);
-    Py_DECREF(value);
-    return ret;
-}
-
-/* Kind and unit of each of a source's n_fields fields: from the contract for
- * a capsule, from `kinds` (required) and `units` (default "count") for a
- * Python source.  `units` may be NULL.  0, or -1 with an exception set. */
-static int
-source_field_codes(PyObject *source, const memlab_source *csrc, int n_fields,
-                   int *kinds, int *units)
-{
-    if (csrc == NULL) {
-        if (python_codes(source, "kinds", kind_names, N_KINDS, KINDS_ACCEPTED, -1, n_fields,
-                         kinds) < 0) {
-            return -1;
-        }
-        return units == NULL ? 0
-               : python_codes(source, "units", unit_names, N_UNITS, UNITS_ACCEPTED, MEMLAB_COUNT,
-                              n_fields, units);
-    }
-    for (int f = 0; f < n_fields; f++) {
-        const memlab_field *field = &csrc->fields[f];
-        if (field->kind < 0 || field->kind >= N_KINDS || field->unit < 0
-            || field->unit >= N_UNITS) {
-            PyErr_Format(PyExc_ValueError, "%s source: field %s has kind %d, unit %d",
-                         csrc->name, field->name, field->kind, field->unit);
-            return -1;
-        }
-        kinds[f] = field->kind;
-        if (units != NULL) {
-            units[f] = field->unit;
-        }
-    }
-    return 0;
+    source_close(&src);
+    return info;
 }
 
 PyObject *
 sampler_field_table(PyObject *source)
 {
-    PyObject *info = sampler_source_info(source), *table = NULL;
-    if (info == NULL) {
-        return NULL;
+    Source src;
+    PyObject *table = NULL;
+    int *kinds = NULL, *units = NULL;
+    if (source_open(&src, source) < 0) {
+        goto error;
     }
-    PyObject *fields = PyTuple_GET_ITEM(info, 1);
-    int n = (int)PyTuple_GET_SIZE(fields);
-    int *kinds = calloc((size_t)n + 1, sizeof(int));
-    int *units = calloc((size_t)n + 1, sizeof(int));
+    int n = src.n_fields;
+    kinds = calloc((size_t)n + 1, sizeof(int));
+    units = calloc((size_t)n + 1, sizeof(int));
     if (kinds == NULL || units == NULL) {
         PyErr_NoMemory();
         goto error;
     }
-    const memlab_source *csrc = PyCapsule_CheckExact(source) ? capsule_source(source) : NULL;
-    if (source_field_codes(source, csrc, n, kinds, units) < 0) {
+    if (src.ops->field_codes(&src, kinds, units) < 0) {
         goto error;
     }
     table = PyTuple_New(n);
     for (int f = 0; table != NULL && f < n; f++) {
-        PyObject *row = Py_BuildValue("(Oss)", PyTuple_GET_ITEM(fields, f),
-                                      kind_names[kinds[f]], unit_names[units[f]]);
+        PyObject *row = Py_BuildValue("(Oss)", PyTuple_GET_ITEM(src.field_names, f),
+                                      memlab_kind_names[kinds[f]], memlab_unit_names[units[f]]);
         if (row == NULL) {
             Py_CLEAR(table);
             break;
@@ -202,7 +86,7 @@ sampler_field_table(PyObject *source)
 error:
     free(kinds);
     free(units);
-    Py_DECREF(info);
+    source_close(&src);
     return table;
 }
 
@@ -267,76 +151,62 @@ error:
     return ret;
 }
 
+static int
+reader_idle(const void *record)
+{
+    return ((const SamplerReader *)record)->reader == READER_IDLE;
+}
+
 int
 sampler_init(Sampler *s, PyObject *source, int device, PyObject *columns,
              PyObject *growth_field)
 {
-    int ret = -1;
-    PyObject *info = sampler_source_info(source);
-    if (info == NULL) {
+    if (source_open(&s->source, source) < 0) {
         return -1;
     }
-    PyObject *fields = PyTuple_GET_ITEM(info, 1);
-    s->csource = PyCapsule_CheckExact(source) ? capsule_source(source) : NULL;
-    s->owner = Py_NewRef(source);
-    if (s->csource != NULL) {
-        s->push = s->csource->read != NULL && s->csource->open_reader != NULL
-                  && s->csource->close_reader != NULL;
-    }
-    else {
-        /* A Python source pushes if it has all three reader methods. */
-        s->push = PyObject_HasAttrString(source, "open_reader")
-                  && PyObject_HasAttrString(source, "close_reader")
-                  && PyObject_HasAttrString(source, "read");
-    }
-    s->field_names = Py_NewRef(fields);
+    PyObject *fields = s->source.field_names;
+    int n_fields = s->source.n_fields;
     s->device = device;
-    s->n_fields = (int)PyTuple_GET_SIZE(fields);
     s->growth_field = -1;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i++) {
-        if (!PyUnicode_Check(PyTuple_GET_ITEM(fields, i))) {
+    for (int f = 0; f < n_fields; f++) {
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(fields, f))) {
             PyErr_SetString(PyExc_TypeError, "source field names must be str");
-            goto error;
+            return -1;
         }
     }
-    s->reading = calloc((size_t)s->n_fields + 1, sizeof(int64_t));
-    s->carried = calloc((size_t)s->n_fields + 1, sizeof(int64_t));
-    s->field_kinds = calloc((size_t)s->n_fields + 1, sizeof(int));
+    s->reading = calloc((size_t)n_fields + 1, sizeof(int64_t));
+    s->carried = calloc((size_t)n_fields + 1, sizeof(int64_t));
+    s->field_kinds = calloc((size_t)n_fields + 1, sizeof(int));
     if (s->reading == NULL || s->carried == NULL || s->field_kinds == NULL) {
         PyErr_NoMemory();
-        goto error;
+        return -1;
     }
-    if (source_field_codes(source, s->csource, s->n_fields, s->field_kinds, NULL) < 0) {
-        goto error;
+    if (s->source.ops->field_codes(&s->source, s->field_kinds, NULL) < 0) {
+        return -1;
     }
     if (sampler_pick_columns(s, fields, columns) < 0) {
-        goto error;
+        return -1;
     }
     if (growth_field != NULL && growth_field != Py_None) {
         s->growth_field = field_index(fields, growth_field);
         if (s->growth_field < 0) {
-            goto error;
+            return -1;
         }
     }
-    ret = 0;
-error:
-    Py_DECREF(info);
-    return ret;
+    threadtable_init(&s->readers,
+                     sizeof(SamplerReader) + sizeof(int64_t) * (size_t)s->n_columns,
+                     reader_idle);
+    return 0;
 }
 
 void
 sampler_dealloc(Sampler *s)
 {
-    sampler_stop(s);
-    for (int r = 0; r < s->n_readers; r++) {
-        free(s->readers[r]->last_counter);
-        free(s->readers[r]);
+    if (s->source.ops != NULL) {
+        sampler_stop(s);
     }
-    free(s->readers);
-    s->readers = NULL;
-    s->n_readers = 0;
-    Py_CLEAR(s->owner);
-    Py_CLEAR(s->field_names);
+    threadtable_clear(&s->readers, NULL);
+    source_close(&s->source);
     free(s->carried); free(s->field_kinds);
     s->carried = NULL; s->field_kinds = NULL;
     free(s->field_of); free(s->kinds); free(s->folds);
@@ -348,7 +218,7 @@ sampler_dealloc(Sampler *s)
 static PyObject *
 sampler_field_name(const Sampler *s, int field)
 {
-    return Py_NewRef(PyTuple_GET_ITEM(s->field_names, field));
+    return Py_NewRef(PyTuple_GET_ITEM(s->source.field_names, field));
 }
 
 PyObject *
@@ -375,58 +245,22 @@ sampler_growth_name(const Sampler *s)
     return sampler_field_name(s, s->growth_field);
 }
 
-/* ---- reading the device -------------------------------------------------- */
-
-/* Python source: sample(device) -> sequence of ints.  Fallback path only. */
-static int
-python_read(Sampler *s)
-{
-    PyObject *values = PyObject_CallMethod(s->owner, "sample", "i", s->device);
-    return values != NULL ? python_values(s, values) : -1;
-}
-
-/* values (a new reference, consumed) -> s->reading.  0, or -1 with an
- * exception set. */
-static int
-python_values(Sampler *s, PyObject *values)
-{
-    int ret = -1;
-    PyObject *seq = NULL;
-    seq = PySequence_Fast(values, "sample() / read() must return a sequence of ints");
-    if (seq == NULL) {
-        goto error;
-    }
-    if (PySequence_Fast_GET_SIZE(seq) != s->n_fields) {
-        PyErr_Format(PyExc_ValueError, "sample() / read() returned %zd values for %d fields",
-                     PySequence_Fast_GET_SIZE(seq), s->n_fields);
-        goto error;
-    }
-    for (int f = 0; f < s->n_fields; f++) {
-        long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, f));
-        if (v == -1 && PyErr_Occurred()) {
-            goto error;
-        }
-        s->reading[f] = (int64_t)v;
-    }
-    ret = 0;
-error:
-    Py_XDECREF(seq);
-    Py_DECREF(values);
-    return ret;
-}
-
-static int
-python_reset(Sampler *s)
-{
-    PyObject *r = PyObject_CallMethod(s->owner, "reset_peaks", "i", s->device);
-    Py_XDECREF(r);
-    return r ? 0 : -1;
-}
+/* ---- sharing the peaks a reading resets --------------------------------- */
 
 /* Samplers that are started.  Several may read one device (two profilers,
  * nested or side by side); each reading resets the device's peaks, so it
  * hands the peaks it saw to its peers, who would otherwise miss them. */
 static Sampler *live_samplers;
+
+static void
+link_live(Sampler *s)
+{
+    if (!s->live) {
+        s->next_live = live_samplers;
+        live_samplers = s;
+        s->live = 1;
+    }
+}
 
 /* Do a and b read the same fields of one device?  A Python source's fields
  * may have changed between two Tracer()s: then indices differ in meaning (and
@@ -434,23 +268,7 @@ static Sampler *live_samplers;
 static int
 same_device(const Sampler *a, const Sampler *b)
 {
-    if (a->device != b->device) {
-        return 0;
-    }
-    if (a->csource != NULL) {
-        return a->csource == b->csource;
-    }
-    if (a->owner != b->owner || a->n_fields != b->n_fields) {
-        return 0;
-    }
-    for (int f = 0; f < a->n_fields && a->field_names != b->field_names; f++) {
-        /* str against str: compares the data, calls no Python code */
-        if (PyUnicode_Compare(PyTuple_GET_ITEM(a->field_names, f),
-                              PyTuple_GET_ITEM(b->field_names, f)) != 0) {
-            return 0;
-        }
-    }
-    return 1;
+    return a->device == b->device && source_same(&a->source, &b->source);
 }
 
 static void
@@ -460,7 +278,7 @@ share_peaks(const Sampler *s)
         if (peer == s || !same_device(peer, s)) {
             continue;
         }
-        for (int f = 0; f < s->n_fields; f++) {
+        for (int f = 0; f < s->source.n_fields; f++) {
             if (s->field_kinds[f] == MEMLAB_PEAK && s->reading[f] > peer->carried[f]) {
                 peer->carried[f] = s->reading[f];
             }
@@ -469,88 +287,91 @@ share_peaks(const Sampler *s)
     }
 }
 
+static void
+forget_carried(Sampler *s)
+{
+    if (s->has_carried) {
+        memset(s->carried, 0, sizeof(int64_t) * (size_t)s->source.n_fields);
+        s->has_carried = 0;
+    }
+}
+
+/* ---- polling the whole device ------------------------------------------- */
+
+/* Read the device, and reset its peaks when a column is a peak (handing them
+ * to the peers).  0, or -1 (a Python source's exception set). */
+static int
+read_reset(Sampler *s)
+{
+    const Source *src = &s->source;
+    if (src->ops->sample(src, s->device, s->reading) < 0) {
+        return -1;
+    }
+    if (s->has_peaks) {
+        if (src->ops->reset_peaks(src, s->device) < 0) {
+            return -1;
+        }
+        share_peaks(s);
+    }
+    return 0;
+}
+
+/* Poll the whole device: read and reset, and put in s->polled what it saw
+ * since the previous poll of this sampler (from any thread): a peak column
+ * the peak since then (a peer's reading included), a counter its delta, a
+ * level the reading.  0, or -1. */
+static int
+sampler_poll(Sampler *s)
+{
+    if (read_reset(s) < 0) {
+        return -1;
+    }
+    for (int c = 0; c < s->n_columns; c++) {
+        int f = s->field_of[c];
+        int64_t v = s->reading[f];
+        if (s->kinds[c] == MEMLAB_COUNTER) {
+            s->polled[c] = memlab_sub_sat(v, s->last_counter[c]);
+            s->last_counter[c] = v;
+        }
+        else if (s->kinds[c] == MEMLAB_PEAK && s->has_carried && s->carried[f] > v) {
+            s->polled[c] = s->carried[f];
+        }
+        else {
+            s->polled[c] = v;
+        }
+    }
+    forget_carried(s);
+    return 0;
+}
+
 /* ---- push readers -------------------------------------------------------- */
 
-/* The reader calls, for a capsule or a Python source.  A Python source's
- * error is reported with sys.unraisablehook, never propagated. */
-static int
-src_open_reader(Sampler *s)
-{
-    if (s->csource != NULL) {
-        return s->csource->open_reader(s->device);
-    }
-    memlab_saved_exc saved;
-    memlab_save_exc(&saved);
-    int reader = -1;
-    PyObject *r = PyObject_CallMethod(s->owner, "open_reader", "i", s->device);
-    if (r != NULL) {
-        long id = PyLong_AsLong(r);
-        Py_DECREF(r);
-        if (id > INT_MAX) {
-            /* an int register id, or it would name another register */
-            PyErr_Format(PyExc_OverflowError, "open_reader() returned %ld: "
-                         "a register id is at most %d", id, INT_MAX);
-        }
-        else if (id >= 0) {
-            reader = (int)id;
-        }
-    }
-    if (PyErr_Occurred()) {
-        PyErr_WriteUnraisable(s->owner);
-    }
-    memlab_restore_exc(&saved);
-    return reader < 0 ? -1 : reader;
-}
-
+/* Give back `rd`'s register, if it holds one.  Quiet path. */
 static void
-src_close_reader(Sampler *s, int device, int reader)
+reader_close(Sampler *s, SamplerReader *rd)
 {
-    if (s->csource != NULL) {
-        s->csource->close_reader(device, reader);
-        return;
+    if (rd->reader >= 0) {
+        s->source.ops->close_reader(&s->source, rd->device, rd->reader);
+        quiet_report(s);
+        rd->reader = READER_IDLE;
     }
-    memlab_saved_exc saved;
-    memlab_save_exc(&saved);
-    PyObject *r = PyObject_CallMethod(s->owner, "close_reader", "ii", device, reader);
-    if (r == NULL) {
-        PyErr_WriteUnraisable(s->owner);
+    else if (rd->reader == READER_POLLED) {
+        rd->reader = READER_IDLE;     /* a register may be free next time */
     }
-    Py_XDECREF(r);
-    memlab_restore_exc(&saved);
-}
-
-static int
-src_read(Sampler *s, int reader)
-{
-    if (s->csource != NULL) {
-        return s->csource->read(s->device, reader, s->reading);
-    }
-    memlab_saved_exc saved;
-    memlab_save_exc(&saved);
-    PyObject *values = PyObject_CallMethod(s->owner, "read", "ii", s->device, reader);
-    int rc = values != NULL ? python_values(s, values) : -1;
-    if (rc < 0) {
-        PyErr_WriteUnraisable(s->owner);
-    }
-    memlab_restore_exc(&saved);
-    return rc;
 }
 
 void
 sampler_release(Sampler *s, uint64_t thread)
 {
-    if (!s->push) {
+    if (!s->source.push) {
         return;
     }
-    for (int r = 0; r < s->n_readers; r++) {
-        SamplerReader *rd = s->readers[r];
-        if (rd->thread == thread && rd->reader >= 0) {
-            src_close_reader(s, rd->device, rd->reader);
-            rd->reader = READER_IDLE;
-        }
-        else if (rd->thread == thread && rd->reader == READER_POLLED) {
-            rd->reader = READER_IDLE;     /* a register may be free next time */
-        }
+    SamplerReader *rd = threadtable_find(&s->readers, thread);
+    if (rd != NULL) {
+        memlab_saved_exc saved = {0};   /* set only for a Python source */
+        quiet_begin(s, &saved);
+        reader_close(s, rd);
+        quiet_end(s, &saved);
     }
 }
 
@@ -559,63 +380,13 @@ sampler_release(Sampler *s, uint64_t thread)
 static void
 close_readers(Sampler *s)
 {
-    for (int r = 0; r < s->n_readers; r++) {
-        SamplerReader *rd = s->readers[r];
-        if (rd->reader >= 0) {
-            src_close_reader(s, rd->device, rd->reader);
-            rd->reader = READER_IDLE;
-        }
-        else if (rd->reader == READER_POLLED) {
-            rd->reader = READER_IDLE;
-        }
+    memlab_saved_exc saved = {0};   /* set only for a Python source */
+    quiet_begin(s, &saved);
+    for (int r = 0; r < s->readers.n; r++) {
+        reader_close(s, s->readers.records[r]);
     }
+    quiet_end(s, &saved);
 }
-
-/* `thread`'s reader slot, made if needed; NULL when out of memory. */
-static SamplerReader *
-reader_slot(Sampler *s, uint64_t thread)
-{
-    if (s->n_readers > 0 && s->readers[s->last_reader]->thread == thread) {
-        return s->readers[s->last_reader];
-    }
-    int idle = -1;
-    for (int r = 0; r < s->n_readers; r++) {
-        if (s->readers[r]->thread == thread) {
-            s->last_reader = r;
-            return s->readers[r];
-        }
-        if (idle < 0 && s->readers[r]->reader == READER_IDLE) {
-            idle = r;
-        }
-    }
-    if (idle < 0) {
-        /* Readers are allocated one by one and never move: a Python source's
-         * read() may let another thread add a reader while this one holds a
-         * pointer to its own. */
-        SamplerReader **grown = realloc(s->readers, sizeof(SamplerReader *) * (size_t)(s->n_readers + 1));
-        if (grown == NULL) {
-            return NULL;
-        }
-        s->readers = grown;
-        SamplerReader *rd = calloc(1, sizeof(SamplerReader));
-        int64_t *last = calloc((size_t)s->n_columns + 1, sizeof(int64_t));
-        if (rd == NULL || last == NULL) {
-            free(rd);
-            free(last);
-            return NULL;
-        }
-        rd->last_counter = last;
-        rd->reader = READER_IDLE;
-        idle = s->n_readers;
-        grown[idle] = rd;
-        s->n_readers++;
-    }
-    s->readers[idle]->thread = thread;
-    s->last_reader = idle;
-    return s->readers[idle];
-}
-
-static int sampler_poll(Sampler *s);
 
 /* A thread that found no free register polls, as source.h says: sample(),
  * then reset_peaks() if a column is a peak (as a polled source is read;
@@ -638,13 +409,18 @@ poll_take(Sampler *s, int fresh, int64_t *interval)
 
 /* Read through `thread`'s register, opening it (and taking the counters'
  * baseline) on first use.  Returns 0, SAMPLER_POLLED (no register was
- * free), or -1. */
+ * free), or -1.  Quiet path. */
 static int
 push_take(Sampler *s, uint64_t thread, int64_t *interval)
 {
-    SamplerReader *rd = reader_slot(s, thread);
+    const Source *src = &s->source;
+    int made;
+    SamplerReader *rd = threadtable_get(&s->readers, thread, &made);
     if (rd == NULL) {
         return -1;
+    }
+    if (made) {
+        rd->reader = READER_IDLE;
     }
     int own = thread == PyThreadState_GetID(PyThreadState_Get());
     int fresh = rd->reader == READER_IDLE;
@@ -652,11 +428,14 @@ push_take(Sampler *s, uint64_t thread, int64_t *interval)
         unsigned long stops = s->stops;
         rd->reader = READER_OPENING;
         rd->device = s->device;
-        int reader = src_open_reader(s);
+        int reader = src->ops->open_reader(src, s->device);
+        if (reader < 0) {
+            quiet_report(s);       /* it failed: the thread polls */
+        }
         if (s->stops != stops) {
             /* Stopped meanwhile: close_readers() left this slot to us. */
             if (reader >= 0) {
-                src_close_reader(s, rd->device, reader);
+                src->ops->close_reader(src, rd->device, reader);
             }
             rd->reader = READER_IDLE;
             return -1;
@@ -666,7 +445,7 @@ push_take(Sampler *s, uint64_t thread, int64_t *interval)
     if (rd->reader == READER_POLLED) {
         return poll_take(s, fresh, interval);
     }
-    if (src_read(s, rd->reader) < 0) {
+    if (src->ops->read(src, s->device, rd->reader, s->reading) < 0) {
         return -1;
     }
     for (int c = 0; c < s->n_columns; c++) {
@@ -690,11 +469,13 @@ push_take(Sampler *s, uint64_t thread, int64_t *interval)
     return 0;
 }
 
+/* ---- control -------------------------------------------------------------- */
+
 void
 sampler_stop(Sampler *s)
 {
     s->stops++;
-    if (s->push) {
+    if (s->source.push) {
         close_readers(s);
     }
     Sampler **link = &live_samplers;
@@ -708,139 +489,46 @@ sampler_stop(Sampler *s)
     s->live = 0;
 }
 
-static int
-sampler_read_reset(Sampler *s);
-
-/* Read and reset; a Python source's error is reported, never propagated. */
-static int
-sampler_read(Sampler *s)
-{
-    int rc = sampler_read_reset(s);
-    if (rc == 0 && s->has_peaks) {
-        share_peaks(s);
-    }
-    return rc;
-}
-
-/* Poll the whole device: read and reset, and put in s->polled what it saw
- * since the previous poll of this sampler (from any thread): a peak column
- * the peak since then (a peer's reading included), a counter its delta, a
- * level the reading.  0, or -1. */
-static int
-sampler_poll(Sampler *s)
-{
-    if (sampler_read(s) < 0) {
-        return -1;
-    }
-    for (int c = 0; c < s->n_columns; c++) {
-        int f = s->field_of[c];
-        int64_t v = s->reading[f];
-        if (s->kinds[c] == MEMLAB_COUNTER) {
-            s->polled[c] = memlab_sub_sat(v, s->last_counter[c]);
-            s->last_counter[c] = v;
-        }
-        else if (s->kinds[c] == MEMLAB_PEAK && s->has_carried && s->carried[f] > v) {
-            s->polled[c] = s->carried[f];
-        }
-        else {
-            s->polled[c] = v;
-        }
-    }
-    if (s->has_carried) {
-        memset(s->carried, 0, sizeof(int64_t) * (size_t)s->n_fields);
-        s->has_carried = 0;
-    }
-    return 0;
-}
-
-static int
-sampler_read_reset(Sampler *s)
-{
-    if (s->csource != NULL) {
-        if (s->csource->sample(s->device, s->reading) < 0) {
-            return -1;
-        }
-        return s->has_peaks ? s->csource->reset_peaks(s->device) : 0;
-    }
-    memlab_saved_exc saved;
-    memlab_save_exc(&saved);
-    int rc = python_read(s);
-    if (rc == 0 && s->has_peaks) {
-        rc = python_reset(s);
-    }
-    if (rc < 0) {
-        PyErr_WriteUnraisable(s->owner);
-    }
-    memlab_restore_exc(&saved);
-    return rc;
-}
-
-static int
-push_start(Sampler *s)
-{
-    /* Readers open lazily on each thread's first event; a first reading
-     * gives the growth field's level.  Nothing is reset. */
-    close_readers(s);
-    int rc;
-    if (s->csource != NULL) {
-        rc = s->csource->sample(s->device, s->reading);
-    }
-    else if ((rc = python_read(s)) < 0) {
-        PyErr_Clear();
-    }
-    if (rc < 0) {
-        PyErr_Format(PyExc_RuntimeError, "cannot read device %d of the memory source",
-                     s->device);
-        return -1;
-    }
-    /* Live too: a thread that finds no free register polls, and must get
-     * the peaks a peer's poll reset. */
-    if (!s->live) {
-        s->next_live = live_samplers;
-        live_samplers = s;
-        s->live = 1;
-    }
-    s->has_carried = 0;
-    memset(s->carried, 0, sizeof(int64_t) * (size_t)s->n_fields);
-    return 0;
-}
-
+/* Prepare the device, take a first reading.  A push source's readers open
+ * lazily on each thread's first event and nothing is reset; a polled
+ * source's first reading resets the peaks and is every counter's baseline.
+ * A source's failure raises its own exception (a compiled source's: the
+ * device it could not read). */
 int
 sampler_start(Sampler *s)
 {
-    if (s->csource != NULL) {
-        char err[256] = {0};
-        if (s->csource->prepare(s->device, err, (int)sizeof(err)) < 0) {
-            PyErr_Format(PyExc_RuntimeError, "%s device %d: %s", s->csource->name,
-                         s->device, err[0] ? err : "cannot be read");
-            return -1;
-        }
-    }
-    else {
-        PyObject *r = PyObject_CallMethod(s->owner, "prepare", "i", s->device);
-        if (r == NULL) {
-            return -1;
-        }
-        Py_DECREF(r);
-    }
-    if (s->push) {
-        return push_start(s);
-    }
-    if (!s->live) {
-        s->next_live = live_samplers;
-        live_samplers = s;
-        s->live = 1;
-    }
-    if (sampler_read(s) < 0) {
-        sampler_stop(s);
-        PyErr_Format(PyExc_RuntimeError, "cannot read device %d of the memory source",
-                     s->device);
+    const Source *src = &s->source;
+    if (src->ops->prepare(src, s->device) < 0) {
         return -1;
     }
+    int rc;
+    if (src->push) {
+        close_readers(s);
+        rc = src->ops->sample(src, s->device, s->reading);
+    }
+    else {
+        link_live(s);
+        rc = read_reset(s);
+    }
+    if (rc < 0) {
+        if (!src->push) {
+            sampler_stop(s);
+        }
+        if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_RuntimeError, "cannot read device %d of the memory source",
+                         s->device);
+        }
+        return -1;
+    }
+    /* Live too when pushing: a thread that finds no free register polls, and
+     * must get the peaks a peer's poll reset. */
+    link_live(s);
+    memset(s->carried, 0, sizeof(int64_t) * (size_t)src->n_fields);
     s->has_carried = 0;
-    memset(s->carried, 0, sizeof(int64_t) * (size_t)s->n_fields);
-    for (int c = 0; c < s->n_columns; c++) {
-        s->last_counter[c] = s->reading[s->field_of[c]];
+    if (!src->push) {
+        for (int c = 0; c < s->n_columns; c++) {
+            s->last_counter[c] = s->reading[s->field_of[c]];
+        }
     }
     return 0;
 }
@@ -848,31 +536,32 @@ sampler_start(Sampler *s)
 int
 sampler_take(Sampler *s, uint64_t thread, int64_t *interval, int64_t *level)
 {
-    if (s->push) {
-        int rc = push_take(s, thread, interval);
-        if (rc >= 0) {
-            *level = s->growth_field >= 0 ? s->reading[s->growth_field] : 0;
+    memlab_saved_exc saved = {0};   /* set only for a Python source */
+    int rc;
+    quiet_begin(s, &saved);
+    if (s->source.push) {
+        rc = push_take(s, thread, interval);
+    }
+    else {
+        rc = sampler_poll(s);
+        if (rc == 0) {
+            memcpy(interval, s->polled, sizeof(int64_t) * (size_t)s->n_columns);
+            rc = SAMPLER_POLLED;
         }
-        return rc;
     }
-    if (sampler_poll(s) < 0) {
-        return -1;
+    quiet_end(s, &saved);
+    if (rc >= 0) {
+        *level = s->growth_field >= 0 ? s->reading[s->growth_field] : 0;
     }
-    memcpy(interval, s->polled, sizeof(int64_t) * (size_t)s->n_columns);
-    *level = s->growth_field >= 0 ? s->reading[s->growth_field] : 0;
-    return SAMPLER_POLLED;
+    return rc;
 }
 
 int
 sampler_polls(const Sampler *s, uint64_t thread)
 {
-    if (!s->push) {
+    if (!s->source.push) {
         return 1;
     }
-    for (int r = 0; r < s->n_readers; r++) {
-        if (s->readers[r]->thread == thread) {
-            return s->readers[r]->reader == READER_POLLED;
-        }
-    }
-    return 0;
+    const SamplerReader *rd = threadtable_find(&s->readers, thread);
+    return rd != NULL && rd->reader == READER_POLLED;
 }

@@ -4,7 +4,8 @@
 #define MEMLAB_SAMPLER_H
 
 #include "linetable.h"
-#include "memlab/source.h"
+#include "source.h"
+#include "threadtable.h"
 
 /* A column's reading becomes an interval figure by its field's kind, which
  * the source declares (memlab_field_kind): a peak is the peak since this
@@ -26,21 +27,15 @@
 /* One thread's reader of a push source: the source's peak register and the
  * thread's counter readings at its previous read. */
 typedef struct {
-    uint64_t thread;               /* PyThreadState_GetID() of its thread */
+    uint64_t thread;               /* PyThreadState_GetID(); first, as ThreadTable asks */
     int device;                    /* the device `reader` belongs to */
     int reader;                    /* the source's register, or READER_* */
-    int64_t *last_counter;         /* Owned. n_columns */
+    int64_t last_counter[];        /* n_columns */
 } SamplerReader;
 
 typedef struct Sampler {
-    const memlab_source *csource;  /* Borrowed: static storage in the shim. */
-    PyObject *owner;               /* Owned. the capsule, or the Python source */
-    PyObject *field_names;         /* Owned. tuple of str: the source's fields as
-                                      read once at init (a Python source's
-                                      `fields` may change later; our indices
-                                      must not) */
+    Source source;                 /* Owned. what it reads, whichever kind */
     int device;
-    int n_fields;
     int n_columns;
     int *field_of;                 /* Owned. column -> field index */
     int *kinds;                    /* Owned. per column: a memlab_field_kind */
@@ -55,10 +50,7 @@ typedef struct Sampler {
     int64_t *carried;              /* Owned. n_fields: peaks a peer read (and reset)
                                       since our last reading */
     int has_carried;
-    int push;                      /* the source offers read(): readers, no resets */
-    SamplerReader **readers;       /* Owned, and each reader too; for push sources */
-    int n_readers;
-    int last_reader;               /* index used last: a cache */
+    ThreadTable readers;           /* Owned. SamplerReader per thread; push sources */
     struct Sampler *next_live;     /* Borrowed. started samplers, to share peaks */
     int live;
     unsigned long stops;           /* sampler_stop() calls: a caller that let a

@@ -3,65 +3,38 @@
 #include <stdlib.h>
 #include <string.h>
 
-void
-threadstacks_init(ThreadStacks *all, int n_columns)
+static int
+stack_idle(const void *record)
 {
-    all->stacks = NULL;
-    all->n_stacks = all->cap_stacks = 0;
-    all->last = 0;
-    all->n_columns = n_columns;
+    const ThreadStack *stack = record;
+    return stack->depth == 0 && !stack->in_callback;
+}
+
+static void
+stack_release(void *record)
+{
+    ThreadStack *stack = record;
+    free(stack->frames);
+    free(stack->pending);
+}
+
+void
+threadstacks_init(ThreadStacks *all)
+{
+    threadtable_init(all, sizeof(ThreadStack), stack_idle);
 }
 
 void
 threadstacks_dealloc(ThreadStacks *all)
 {
-    for (int i = 0; i < all->n_stacks; i++) {
-        free(all->stacks[i]->frames);
-        free(all->stacks[i]->pending);
-        free(all->stacks[i]);
-    }
-    free(all->stacks);
-    threadstacks_init(all, all->n_columns);
+    threadtable_clear(all, stack_release);
 }
 
 ThreadStack *
 threadstacks_get(ThreadStacks *all, uint64_t thread)
 {
-    if (all->n_stacks > 0 && all->stacks[all->last]->thread == thread) {
-        return all->stacks[all->last];
-    }
-    int idle = -1;
-    for (int i = 0; i < all->n_stacks; i++) {
-        if (all->stacks[i]->thread == thread) {
-            all->last = i;
-            return all->stacks[i];
-        }
-        if (idle < 0 && all->stacks[i]->depth == 0 && !all->stacks[i]->in_callback) {
-            idle = i;
-        }
-    }
-    /* An empty stack can change hands: its thread has no profiled frame
-     * running, and gets a fresh stack if it comes back. */
-    if (idle < 0) {
-        if (all->n_stacks == all->cap_stacks) {
-            int cap = all->cap_stacks ? 2 * all->cap_stacks : 4;
-            ThreadStack **grown = realloc(all->stacks, sizeof(ThreadStack *) * (size_t)cap);
-            if (grown == NULL) {
-                return NULL;
-            }
-            all->stacks = grown;
-            all->cap_stacks = cap;
-        }
-        ThreadStack *fresh = calloc(1, sizeof(ThreadStack));
-        if (fresh == NULL) {
-            return NULL;
-        }
-        idle = all->n_stacks++;
-        all->stacks[idle] = fresh;
-    }
-    all->stacks[idle]->thread = thread;
-    all->last = idle;
-    return all->stacks[idle];
+    int made;
+    return threadtable_get(all, thread, &made);
 }
 
 static int

@@ -3,6 +3,7 @@
 #define MEMLAB_THREADSTACK_H
 
 #include "linetable.h"
+#include "threadtable.h"
 
 /* One running (or resumed) profiled frame and its current line. */
 typedef struct {
@@ -16,8 +17,7 @@ typedef struct {
 /* The profiled frames of one thread, innermost last.  pending holds, per
  * frame, the figures folded so far for its current line. */
 typedef struct {
-    uint64_t thread;       /* PyThreadState_GetID(): never reused, unlike the
-                              PyThreadState's address */
+    uint64_t thread;       /* PyThreadState_GetID(); first, as ThreadTable asks */
     int in_callback;       /* re-entry guard: a Python source runs code on
                               this thread (other threads carry on) */
     Frame *frames;         /* Owned. */
@@ -26,18 +26,12 @@ typedef struct {
     int capacity;
 } ThreadStack;
 
-/* Every thread's stack; threads are few, so a short array with a cache.
- * Stacks are allocated one by one and never move: a Python source's sample()
- * may let another thread add a stack while this one holds a pointer. */
-typedef struct {
-    ThreadStack **stacks;  /* Owned, and each stack too. */
-    int n_stacks;
-    int cap_stacks;
-    int last;              /* index of the stack used last */
-    int n_columns;
-} ThreadStacks;
+/* Every thread's stack, in a ThreadTable: a stack with no frame open and
+ * no callback running changes hands (its thread gets a fresh one if it
+ * comes back). */
+typedef ThreadTable ThreadStacks;
 
-void threadstacks_init(ThreadStacks *all, int n_columns);
+void threadstacks_init(ThreadStacks *all);
 void threadstacks_dealloc(ThreadStacks *all);
 
 /* The stack of `thread`, made if needed; NULL when out of memory. */

@@ -34,7 +34,7 @@ Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     codemap_init(&self->codes);
-    threadstacks_init(&self->threads, n);
+    threadstacks_init(&self->threads);
     self->tool_id = -1;
     return 0;
 }
@@ -301,7 +301,7 @@ static int
 Tracer_traverse(TracerObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(self));
-    Py_VISIT(self->sampler.owner);
+    Py_VISIT(self->sampler.source.object);
     return 0;
 }
 
