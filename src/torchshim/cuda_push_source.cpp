@@ -330,22 +330,6 @@ int push_prepare(int device, char *err, int err_len) noexcept {
     });
 }
 
-// The allocator's own figures (its peaks, never reset by this source).
-int push_sample(int device, int64_t *out) noexcept {
-    try {
-        if (!valid_device(device))
-            return -1;
-        const DeviceStats stats = cca::getDeviceStats(static_cast<c10::DeviceIndex>(device));
-        out[0] = stats.active_bytes[kAll].current;
-        out[1] = stats.active_bytes[kAll].peak;
-        out[2] = stats.reserved_bytes[kAll].current;
-        out[3] = stats.reserved_bytes[kAll].peak;
-        return 0;
-    } catch (...) {
-        return -1;
-    }
-}
-
 // This source never resets the allocator's peaks: it has readers instead.
 int push_reset_peaks(int device) noexcept { return -1; }
 
@@ -514,25 +498,60 @@ const memlab_field kCountedFields[] = {
     {"reserved_bytes.all.peak", MEMLAB_PEAK, MEMLAB_BYTES},
 };
 
-// sample() of the counted source: the allocator's own figures, cumulative.
-int counted_sample(int device, int64_t *out) noexcept {
+// Where sample() finds each field in the allocator's DeviceStats, in the
+// order of kFields / kCountedFields: one figure of one statistic's
+// aggregate pool.
+using c10::CachingDeviceAllocator::Stat;
+using c10::CachingDeviceAllocator::StatArray;
+
+struct StatRef {
+    StatArray DeviceStats::*stat;
+    int64_t Stat::*figure;
+};
+
+constexpr StatRef kStatRefs[] = {
+    {&DeviceStats::active_bytes, &Stat::current},
+    {&DeviceStats::active_bytes, &Stat::peak},
+    {&DeviceStats::reserved_bytes, &Stat::current},
+    {&DeviceStats::reserved_bytes, &Stat::peak},
+};
+
+constexpr StatRef kCountedStatRefs[] = {
+    {&DeviceStats::active_bytes, &Stat::current},
+    {&DeviceStats::active_bytes, &Stat::peak},
+    {&DeviceStats::allocated_bytes, &Stat::allocated},
+    {&DeviceStats::allocated_bytes, &Stat::freed},
+    {&DeviceStats::allocation, &Stat::allocated},
+    {&DeviceStats::allocation, &Stat::freed},
+    {&DeviceStats::reserved_bytes, &Stat::current},
+    {&DeviceStats::reserved_bytes, &Stat::peak},
+};
+
+static_assert(sizeof kStatRefs / sizeof kStatRefs[0] == sizeof kFields / sizeof kFields[0],
+              "one StatRef per field");
+static_assert(sizeof kCountedStatRefs / sizeof kCountedStatRefs[0] ==
+                  sizeof kCountedFields / sizeof kCountedFields[0],
+              "one StatRef per field");
+
+// sample() of both sources: the allocator's own figures (its peaks, never
+// reset by these sources; its counters, cumulative).
+template <const StatRef *Refs, std::size_t N>
+int sample_stats(int device, int64_t *out) noexcept {
     try {
         if (!valid_device(device))
             return -1;
         const DeviceStats stats = cca::getDeviceStats(static_cast<c10::DeviceIndex>(device));
-        out[0] = stats.active_bytes[kAll].current;
-        out[1] = stats.active_bytes[kAll].peak;
-        out[2] = stats.allocated_bytes[kAll].allocated;
-        out[3] = stats.allocated_bytes[kAll].freed;
-        out[4] = stats.allocation[kAll].allocated;
-        out[5] = stats.allocation[kAll].freed;
-        out[6] = stats.reserved_bytes[kAll].current;
-        out[7] = stats.reserved_bytes[kAll].peak;
+        for (std::size_t i = 0; i < N; ++i)
+            out[i] = (stats.*(Refs[i].stat))[kAll].*(Refs[i].figure);
         return 0;
     } catch (...) {
         return -1;
     }
 }
+
+constexpr auto push_sample = sample_stats<kStatRefs, sizeof kStatRefs / sizeof kStatRefs[0]>;
+constexpr auto counted_sample =
+    sample_stats<kCountedStatRefs, sizeof kCountedStatRefs / sizeof kCountedStatRefs[0]>;
 
 const memlab_source kPushSource = {
     MEMLAB_SOURCE_ABI_VERSION,

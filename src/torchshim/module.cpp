@@ -36,40 +36,45 @@ void copy_error(char *err, int err_len, const char *msg) noexcept {
 
 namespace {
 
+const char *cuda_too_old() noexcept {
+    return "this torch is too old for the shim's CUDA source "
+           "(needs c10::DeviceAllocator, torch >= 2.9)";
+}
+
+// The sources by kind: where each comes from, and why it may be missing
+// (prefixed by `missing`).
+struct Kind {
+    const char *name;
+    const memlab_source *(*get)();
+    const char *missing;
+    const char *(*why)() noexcept;
+};
+
+const Kind kKinds[] = {
+    {"cuda", memlab::cuda_source, "", cuda_too_old},
+    {"cuda_push", memlab::cuda_push_source, "no CUDA push source: ",
+     memlab::cuda_push_unavailable},
+    {"cuda_push_counted", memlab::cuda_push_counted_source, "no CUDA push source: ",
+     memlab::cuda_push_unavailable},
+    {"cpu", memlab::cpu_source, "", nullptr},
+};
+
 // "cuda" / "cpu" -> its source; ValueError (and nullptr) for anything else,
 // RuntimeError if this torch build has no such source.
 const memlab_source *source_by_kind(const char *kind) {
-    const memlab_source *source = nullptr;
-    if (std::strcmp(kind, "cuda") == 0) {
-        source = memlab::cuda_source();
-        if (source == nullptr) {
-            PyErr_SetString(PyExc_RuntimeError,
-                            "this torch is too old for the shim's CUDA source "
-                            "(needs c10::DeviceAllocator, torch >= 2.9)");
-            return nullptr;
-        }
-    } else if (std::strcmp(kind, "cuda_push") == 0) {
-        source = memlab::cuda_push_source();
-        if (source == nullptr) {
-            PyErr_Format(PyExc_RuntimeError, "no CUDA push source: %s",
-                         memlab::cuda_push_unavailable());
-            return nullptr;
-        }
-    } else if (std::strcmp(kind, "cuda_push_counted") == 0) {
-        source = memlab::cuda_push_counted_source();
-        if (source == nullptr) {
-            PyErr_Format(PyExc_RuntimeError, "no CUDA push source: %s",
-                         memlab::cuda_push_unavailable());
-            return nullptr;
-        }
-    } else if (std::strcmp(kind, "cpu") == 0) {
-        source = memlab::cpu_source();
-    } else {
-        PyErr_Format(PyExc_ValueError,
-                     "unknown source kind '%s' (expected 'cuda', 'cuda_push', "
-                     "'cuda_push_counted' or 'cpu')", kind);
+    for (const Kind &row : kKinds) {
+        if (std::strcmp(kind, row.name) != 0)
+            continue;
+        const memlab_source *source = row.get();
+        if (source == nullptr)
+            PyErr_Format(PyExc_RuntimeError, "%s%s", row.missing,
+                         row.why != nullptr ? row.why() : "not built");
+        return source;
     }
-    return source;
+    PyErr_Format(PyExc_ValueError,
+                 "unknown source kind '%s' (expected 'cuda', 'cuda_push', "
+                 "'cuda_push_counted' or 'cpu')", kind);
+    return nullptr;
 }
 
 const memlab_source *parse_kind_device(PyObject *args, int *device) {
@@ -93,37 +98,6 @@ PyObject *shim_prepare(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-PyObject *shim_sample(PyObject *self, PyObject *args) {
-    int device = 0;
-    const memlab_source *source = parse_kind_device(args, &device);
-    if (source == nullptr)
-        return nullptr;
-    std::vector<int64_t> values;
-    try {
-        values.resize(static_cast<std::size_t>(source->n_fields));
-    } catch (const std::bad_alloc &) {
-        return PyErr_NoMemory();
-    }
-    if (source->sample(device, values.data()) != 0) {
-        PyErr_Format(PyExc_RuntimeError,
-                     "%s source cannot read device %d (not prepared?)",
-                     source->name, device);
-        return nullptr;
-    }
-    PyObject *result = PyTuple_New(source->n_fields);
-    if (result == nullptr)
-        return nullptr;
-    for (int i = 0; i < source->n_fields; ++i) {
-        PyObject *item = PyLong_FromLongLong(values[static_cast<std::size_t>(i)]);
-        if (item == nullptr) {
-            Py_DECREF(result);
-            return nullptr;
-        }
-        PyTuple_SET_ITEM(result, i, item);
-    }
-    return result;
-}
-
 // Values of one reading as a tuple of ints.
 PyObject *values_tuple(const std::vector<int64_t> &values) {
     PyObject *result = PyTuple_New(static_cast<Py_ssize_t>(values.size()));
@@ -138,6 +112,36 @@ PyObject *values_tuple(const std::vector<int64_t> &values) {
         PyTuple_SET_ITEM(result, static_cast<Py_ssize_t>(i), item);
     }
     return result;
+}
+
+// One reading of `source` by `read` (n_fields values into its argument; 0,
+// or non-zero when it failed, and then `fail` sets the error) as a tuple.
+template <typename Read, typename Fail>
+PyObject *reading(const memlab_source *source, Read read, Fail fail) {
+    std::vector<int64_t> values;
+    try {
+        values.resize(static_cast<std::size_t>(source->n_fields));
+    } catch (const std::bad_alloc &) {
+        return PyErr_NoMemory();
+    }
+    if (read(values.data()) != 0) {
+        fail();
+        return nullptr;
+    }
+    return values_tuple(values);
+}
+
+PyObject *shim_sample(PyObject *self, PyObject *args) {
+    int device = 0;
+    const memlab_source *source = parse_kind_device(args, &device);
+    if (source == nullptr)
+        return nullptr;
+    return reading(
+        source, [&](int64_t *out) { return source->sample(device, out); },
+        [&] {
+            PyErr_Format(PyExc_RuntimeError, "%s source cannot read device %d (not prepared?)",
+                         source->name, device);
+        });
 }
 
 const memlab_source *push_source(PyObject *args, int *device, int *reader,
@@ -175,18 +179,12 @@ PyObject *shim_read(PyObject *self, PyObject *args) {
     const memlab_source *source = push_source(args, &device, &reader, "sii");
     if (source == nullptr)
         return nullptr;
-    std::vector<int64_t> values;
-    try {
-        values.resize(static_cast<std::size_t>(source->n_fields));
-    } catch (const std::bad_alloc &) {
-        return PyErr_NoMemory();
-    }
-    if (source->read(device, reader, values.data()) != 0) {
-        PyErr_Format(PyExc_RuntimeError, "%s source cannot read device %d, reader %d",
-                     source->name, device, reader);
-        return nullptr;
-    }
-    return values_tuple(values);
+    return reading(
+        source, [&](int64_t *out) { return source->read(device, reader, out); },
+        [&] {
+            PyErr_Format(PyExc_RuntimeError, "%s source cannot read device %d, reader %d",
+                         source->name, device, reader);
+        });
 }
 
 PyObject *shim_cuda_push_unavailable(PyObject *self, PyObject *noargs) {
