@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytorch_memlab import native
+from pytorch_memlab import native, sources
 
 _CUDA_OTHER_COLUMNS = ("active_bytes.all.current/peak, reserved_bytes.all.current/peak, "
                        "and per thread allocated_bytes.all.allocated/freed and "
@@ -21,7 +21,7 @@ def info() -> dict[str, Any]:
     import torch
 
     from pytorch_memlab.records.columns import DEFAULT_COLUMNS, GROWTH_FIELD
-    shim, error = native._load_shim()
+    shim, error = native.load_shim()
     result: dict[str, Any] = {
         "torch": torch.__version__,
         "mechanism": native.MECHANISM,
@@ -31,9 +31,9 @@ def info() -> dict[str, Any]:
         "sources": {},
     }
     for kind in native.KINDS:
-        capsule, why = native._shim_capsule(kind)
+        capsule, why = native.shim_capsule(kind)
         if kind == "cuda" and capsule is not None and shim is not None:
-            push, why_not = native.cuda_push_choice(DEFAULT_COLUMNS + (GROWTH_FIELD,))
+            push, why_not = sources.cuda_push_choice(DEFAULT_COLUMNS + (GROWTH_FIELD,))
             if push is not None:
                 entry = {"source": "shim", "path": "push", "why": None,
                          "note": _CUDA_OTHER_COLUMNS}

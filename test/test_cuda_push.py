@@ -15,11 +15,11 @@ from helpers import line_of, run_script
 
 torch = pytest.importorskip("torch")
 
-from pytorch_memlab import LineProfiler, native  # noqa: E402
+from pytorch_memlab import LineProfiler, native, sources  # noqa: E402
 from pytorch_memlab.line_profiler import DEFAULT_COLUMNS  # noqa: E402
 from pytorch_memlab.records.columns import GROWTH_FIELD  # noqa: E402
 
-shim, _shim_error = native._load_shim()
+shim, _shim_error = native.load_shim()
 needs_shim = pytest.mark.skipif(shim is None, reason=f"no torch shim ({_shim_error})")
 from helpers import MiB  # noqa: E402
 DEFAULTS = DEFAULT_COLUMNS + (GROWTH_FIELD,)
@@ -36,7 +36,7 @@ THREAD_COLUMNS = ("active_bytes.all.peak", "allocated_bytes.all.allocated",
 
 @pytest.fixture
 def fresh_warnings(monkeypatch):
-    monkeypatch.setattr(native, "_warned_resets", False)
+    monkeypatch.setattr(sources, "_warned_resets", False)
 
 
 # ---- which source a profiler gets (no GPU needed) --------------------------
@@ -57,10 +57,10 @@ def test_push_fields_are_memory_stats_keys():
 def test_per_thread_columns_choose_the_counted_push_source(fresh_warnings):
     """allocated / freed columns are pushed per thread by the counted source;
     the default columns keep the plain one (cheaper per allocation)."""
-    source = native.get_source("cuda", THREAD_COLUMNS + (GROWTH_FIELD,))
+    source = sources.get_source("cuda", THREAD_COLUMNS + (GROWTH_FIELD,))
     if shim.cuda_push_unavailable() is None:
         assert source is shim.cuda_push_counted_source
-        assert native.get_source("cuda", DEFAULTS) is shim.cuda_push_source
+        assert sources.get_source("cuda", DEFAULTS) is shim.cuda_push_source
     else:
         assert source is shim.cuda_source
 
@@ -70,7 +70,7 @@ def test_default_columns_choose_push_when_the_tracker_can(fresh_warnings):
     why = shim.cuda_push_unavailable()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        source = native.get_source("cuda", DEFAULTS)
+        source = sources.get_source("cuda", DEFAULTS)
     entry = __import__("pytorch_memlab").info()["sources"]["cuda"]
     if why is None:
         assert source is shim.cuda_push_source
@@ -89,13 +89,13 @@ def test_other_columns_poll_and_warn_once(fresh_warnings):
     columns = ("active_bytes.all.peak", "num_ooms", GROWTH_FIELD)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        first = native.get_source("cuda", columns)
-        second = native.get_source("cuda", columns)
+        first = sources.get_source("cuda", columns)
+        second = sources.get_source("cuda", columns)
     assert first is second is shim.cuda_source
     assert len(caught) == 1 and "active_bytes.all.peak" in str(caught[0].message)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        native.get_source("cuda", ("num_ooms", GROWTH_FIELD))  # no peak column
+        sources.get_source("cuda", ("num_ooms", GROWTH_FIELD))  # no peak column
     assert caught == []
 
 
@@ -105,7 +105,7 @@ def test_cuda_malloc_async_backend_polls(tmp_path):
     out, _ = run_script(tmp_path, """\
         import torch
         from pytorch_memlab import info, native
-        shim, _ = native._load_shim()
+        shim, _ = native.load_shim()
         print(shim.cuda_push_unavailable())
         print(info()["sources"]["cuda"]["path"])
         """, env=env)
@@ -165,7 +165,7 @@ def test_user_peak_statistics_survive_profiling():
     # pushed) resets the peaks at every line, and the 64 MiB block, freed
     # before the function ends, is lost from max_memory_allocated().
     with pytest.warns(RuntimeWarning, match="resets the device's peak"):
-        native._warned_resets = False
+        sources._warned_resets = False
         polled = run(("active_bytes.all.peak", "num_ooms"))
     assert polled[0] < plain[0]
 
@@ -208,7 +208,7 @@ def reference(statements):
 
 
 def profiled(func):
-    assert native.get_source("cuda", DEFAULTS) is shim.cuda_push_source
+    assert sources.get_source("cuda", DEFAULTS) is shim.cuda_push_source
     keep = []
     prof = LineProfiler(func, device="cuda:0")
     with prof:
@@ -478,7 +478,7 @@ def test_counted_lines_match_torch_on_one_thread(tmp_path):
     settle()
     expected = counted_reference(SIDE_STREAM)
     settle()
-    assert native.get_source("cuda", THREAD_COLUMNS) is shim.cuda_push_counted_source
+    assert sources.get_source("cuda", THREAD_COLUMNS) is shim.cuda_push_counted_source
     keep = []
     prof = LineProfiler(func, device="cuda:0", columns=THREAD_COLUMNS)
     with prof:

@@ -105,8 +105,8 @@ def test_isolated_build_stops_and_tracer_only_build_says_how(fresh, tmp_path):
     tracer_only = sh(f"MEMLAB_NO_TORCHSHIM=1 python3 -m pip install --no-deps "
                      f"--no-build-isolation {clone}", cwd=tmp_path, env=env)
     assert tracer_only.returncode == 0, tracer_only.stderr[-3000:]
-    first_use = sh(f"{python} -c 'from pytorch_memlab import native; "
-                   f"native.get_source(\"cpu\")'", cwd=tmp_path, env=env)
+    first_use = sh(f"{python} -c 'from pytorch_memlab import sources; "
+                   f"sources.get_source(\"cpu\")'", cwd=tmp_path, env=env)
     assert first_use.returncode == 1
     fix = (f"python -m pip install --no-build-isolation --force-reinstall --no-deps "
            f"{clone}")
@@ -116,8 +116,8 @@ def test_isolated_build_stops_and_tracer_only_build_says_how(fresh, tmp_path):
     # and that command, as printed, fixes it
     fixed = sh(fix, cwd=tmp_path, env=env)
     assert fixed.returncode == 0, fixed.stderr[-3000:]
-    works = sh(f"{python} -c 'from pytorch_memlab import native; "
-               f"print(type(native.get_source(\"cpu\")).__name__)'", cwd=tmp_path, env=env)
+    works = sh(f"{python} -c 'from pytorch_memlab import sources; "
+               f"print(type(sources.get_source(\"cpu\")).__name__)'", cwd=tmp_path, env=env)
     assert works.stdout.strip() == "PyCapsule", works.stderr
 
 

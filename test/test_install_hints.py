@@ -113,15 +113,15 @@ MISMATCH = """
     import torch
     real = str(torch.__version__)
     torch.__version__ = "{fake}"
-    from pytorch_memlab import native
+    from pytorch_memlab import sources
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        src = native.get_source("cuda")
+        src = sources.get_source("cuda")
     print(type(src).__name__)
     for w in caught:
         print("WARNING", w.message)
     try:
-        native.get_source("cpu")
+        sources.get_source("cpu")
     except RuntimeError as exc:
         print("CPU", exc)
     else:

@@ -171,7 +171,7 @@ def saved_pair(tmp_path):
 
 
 def test_a_saved_json_records_each_columns_kind_and_unit(saved_pair):
-    from pytorch_memlab import native
+    from pytorch_memlab import sources
     _, new, _ = saved_pair
     doc = json.loads(new.read_text())
     assert doc["schema_version"] == SCHEMA_VERSION == 2
@@ -183,7 +183,7 @@ def test_a_saved_json_records_each_columns_kind_and_unit(saved_pair):
         "allocation.all.allocated": {"kind": "counter", "unit": "count"},
         "allocation.all.current": {"kind": "level", "unit": "count"}}
     for column, meaning in doc["column_meanings"].items():   # as the source declares it
-        assert (meaning["kind"], meaning["unit"]) == native.field_meaning(column)[1:]
+        assert (meaning["kind"], meaning["unit"]) == sources.field_meaning(column)[1:]
 
 
 def test_an_old_version_file_loads_and_prints_identically(saved_pair):

@@ -1,4 +1,5 @@
-"""The torch shim (src/torchshim/) and its Python face, pytorch_memlab.native.
+"""The torch shim (src/torchshim/) and its Python face: pytorch_memlab.native
+(the boundary), sources (which source a profiler reads) and cuda_fallback.
 
 CPU tests run everywhere torch does; CUDA tests skip without a GPU.  Tests
 that could abort the process (a bad allocator wrapper trips internal asserts
@@ -15,7 +16,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytorch_memlab import native  # noqa: E402
+from pytorch_memlab import _install, cuda_fallback, native, sources  # noqa: E402
+from pytorch_memlab.records.meanings import torch_meaning  # noqa: E402
 
 shim = pytest.importorskip("pytorch_memlab._torchshim")
 
@@ -42,7 +44,7 @@ def cpu_source():
 
 
 def test_cpu_fields_declare_their_kind_and_unit():
-    table = native.field_table("cpu")
+    table = sources.field_table("cpu")
     assert tuple(f.name for f in table) == shim.fields("cpu")
     assert len(set(table)) == 12
     meaning = {f.name: (f.kind, f.unit) for f in table}
@@ -201,11 +203,11 @@ def test_cuda_source_names():
     assert len(fields) >= 122   # torch 2.11 reports 122; newer torch may add more
     # The shim states each unit and kind beside DeviceStats' members; torch
     # states them in the key's name: the two must agree.
-    for field in native.field_table("cuda"):
-        assert field == native._torch_meaning(field.name), field
-    assert native.field_meaning("max_split_size").unit == "bytes"
-    assert native.field_meaning("segment.large_pool.peak") == ("segment.large_pool.peak",
-                                                               "peak", "count")
+    for field in sources.field_table("cuda"):
+        assert field == torch_meaning(field.name), field
+    assert sources.field_meaning("max_split_size").unit == "bytes"
+    assert sources.field_meaning("segment.large_pool.peak") == ("segment.large_pool.peak",
+                                                                "peak", "count")
     tracer = pytest.importorskip("pytorch_memlab._tracer")
     assert tracer.source_info(shim.cuda_source) == ("cuda", fields)
 
@@ -277,26 +279,26 @@ def test_cuda_bad_device_is_an_error_not_a_crash(cuda_ready):
 @pytest.mark.cuda
 @requires_cuda
 def test_cuda_fallback_agrees_with_shim(cuda_ready):
-    fallback = native.CudaFallbackSource()
+    fallback = cuda_fallback.CudaFallbackSource()
     fallback.prepare(0)
     assert fallback.fields == shim.fields("cuda")
     x = torch.empty(MiB, dtype=torch.uint8, device="cuda:0")
     assert list(fallback.sample(0)) == list(shim.sample("cuda", 0))
     del x
-    assert native._flatten(torch._C._cuda_memoryStats(0)) == dict(torch.cuda.memory_stats(0))
+    assert cuda_fallback.flatten_stats(torch._C._cuda_memoryStats(0)) == dict(torch.cuda.memory_stats(0))
 
 
 # --------------------------------------------------------------------------
-# native: the shim path and the fallback path
+# sources: the shim path and the fallback path
 
 
 def test_get_source_returns_capsules():
-    assert native.get_source("cpu") is shim.cpu_source
+    assert sources.get_source("cpu") is shim.cpu_source
     if hasattr(shim, "cuda_source"):
-        assert native.get_source("cuda") is shim.cuda_source
-    assert native.source_fields("cpu") == shim.fields("cpu")
+        assert sources.get_source("cuda") is shim.cuda_source
+    assert sources.source_fields("cpu") == shim.fields("cpu")
     with pytest.raises(ValueError, match="unknown source kind"):
-        native.get_source("tpu")
+        sources.get_source("tpu")
 
 
 @pytest.fixture
@@ -304,23 +306,23 @@ def no_shim(monkeypatch):
     def broken():
         raise ImportError("simulated: undefined symbol after a torch upgrade")
 
-    monkeypatch.setattr(native, "_import_shim", broken)
+    monkeypatch.setattr(native, "import_shim", broken)
     monkeypatch.setattr(native, "_shim_state", None)
-    monkeypatch.setattr(native, "_warned", False)
-    monkeypatch.delenv(native.REQUIRE_SHIM_ENV, raising=False)
+    monkeypatch.setattr(sources, "_warned", False)
+    monkeypatch.delenv(sources.REQUIRE_SHIM_ENV, raising=False)
 
 
 def test_fallback_warns_once(no_shim):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        first = native.get_source("cuda")
-        second = native.get_source("cuda")
+        first = sources.get_source("cuda")
+        second = sources.get_source("cuda")
     messages = [str(w.message) for w in caught]
     assert len(messages) == 1, messages
-    assert native.rebuild_command() in messages[0]
+    assert _install.rebuild_command() in messages[0]
     assert "simulated" in messages[0]
     for source in (first, second):
-        assert isinstance(source, native.CudaFallbackSource)
+        assert isinstance(source, cuda_fallback.CudaFallbackSource)
         assert source.name == "cuda"
     if torch.cuda.is_available():
         assert len(first.fields) >= 122
@@ -334,17 +336,17 @@ def test_fallback_cpu_is_a_clear_error(no_shim):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no fallback warning for CPU: it is an error
         with pytest.raises(RuntimeError, match="CPU memory profiling needs") as info:
-            native.get_source("cpu")
-    assert native.rebuild_command() in str(info.value)
+            sources.get_source("cpu")
+    assert _install.rebuild_command() in str(info.value)
     with pytest.raises(RuntimeError, match="CPU memory profiling needs"):
-        native.source_fields("cpu")
+        sources.source_fields("cpu")
 
 
 def test_require_shim_env_makes_missing_shim_an_import_error(no_shim, monkeypatch):
-    monkeypatch.setenv(native.REQUIRE_SHIM_ENV, "1")
+    monkeypatch.setenv(sources.REQUIRE_SHIM_ENV, "1")
     for kind in ("cuda", "cpu"):
-        with pytest.raises(ImportError, match=native.REQUIRE_SHIM_ENV):
-            native.get_source(kind)
+        with pytest.raises(ImportError, match=sources.REQUIRE_SHIM_ENV):
+            sources.get_source(kind)
 
 
 def test_flatten_matches_memory_stats_rules():
@@ -353,7 +355,7 @@ def test_flatten_matches_memory_stats_rules():
         "active_bytes": {"all": {"peak": 5, "current": 2}},
         "reserved_bytes_by_private_pools": {(0, 1): {"all": {"current": 7}}},
     }
-    flat = native._flatten(nested)
+    flat = cuda_fallback.flatten_stats(nested)
     assert list(flat) == ["active_bytes.all.current", "active_bytes.all.peak",
                           "num_ooms", "reserved_bytes_by_private_pools.0_1.all.current"]
     assert flat["reserved_bytes_by_private_pools.0_1.all.current"] == 7

@@ -7,10 +7,11 @@ import types
 from typing import IO, TYPE_CHECKING, Any, Callable, Optional, Union
 
 from .. import postmortem
-from .. import native
+from .. import native, sources
 from ..common.devices import DeviceArg, add_follower, note_cpu_fallback, resolve_devices
 from ..records import saved
 from ..records.document import to_document
+from ..records.meanings import Field
 from ..records.model import VERSION_KEYS, FunctionRecord, Profile, TimelineRow
 from ..records.selection import selects
 from ..reports.display import ProfileDisplay, untraced_note
@@ -294,10 +295,10 @@ class LineProfiler:
                 notes.append(untraced_note(entry.qualname, calls, entry.compiled))
         return notes
 
-    def _meanings(self) -> dict[str, native.Field]:
+    def _meanings(self) -> dict[str, Field]:
         """Kind and unit of each recorded column, as its source declares it: the
         one place a profile learns them (reports and saved files read these)."""
-        return {c: native.field_meaning(c) for c in self.columns}
+        return {c: sources.field_meaning(c) for c in self.columns}
 
     def display(self, func: Any = None, columns: ColumnsArg = None) -> ProfileDisplay:
         """A table of ``func`` (a function, a qualname, a list of them; None: all)

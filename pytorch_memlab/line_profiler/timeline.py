@@ -14,7 +14,7 @@ import warnings
 from collections import deque
 from typing import Callable, Optional, Sequence
 
-from .. import native
+from .. import native, sources
 from ..records.model import TimelineRow
 
 TIMELINE_LIMIT = 10_000
@@ -26,10 +26,10 @@ _readers: dict[str, Reader] = {}
 
 
 def _make_reader(kind: str) -> Reader:
-    source = native.get_source(kind)
+    source = sources.get_source(kind)
     if native.is_compiled(source):
         sample: Callable[[int], Sequence[int]] = lambda device: native.sample(kind, device)
-        fields = list(native.source_fields(kind))
+        fields = list(sources.source_fields(kind))
     else:
         sample = source.sample
         fields = list(source.fields)

@@ -6,7 +6,7 @@ from typing import Sequence
 
 import torch
 
-from .. import native
+from .. import native, sources
 from ..records.columns import GROWTH_FIELD, check_columns
 from ..common.devices import DeviceSlot, current_target, label
 
@@ -24,13 +24,13 @@ class TracerSet:
         self.slots = list(slots)
         self.tracers: list[native.Tracer] = []
         for slot in self.slots:
-            fields = native.source_fields(slot.kind)
+            fields = sources.source_fields(slot.kind)
             where = f"the {slot.kind} memory source"
             check_columns(columns, fields, where)
             check_columns((GROWTH_FIELD,), fields, where)
             index = current_target() if slot.follows_target else slot.index
             assert index is not None
-            source = native.get_source(slot.kind, tuple(columns) + (GROWTH_FIELD,))
+            source = sources.get_source(slot.kind, tuple(columns) + (GROWTH_FIELD,))
             self.tracers.append(native.Tracer(source, index, columns,
                                                growth_field=GROWTH_FIELD))
 

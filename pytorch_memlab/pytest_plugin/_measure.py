@@ -33,8 +33,8 @@ def count_cpu_from_now() -> None:
     """Install the CPU allocator's counting wrapper (once per process) before
     the test's fixtures run, so that what they allocate is counted as live
     at the start (memory allocated before the wrapper is never counted)."""
-    from .. import native
-    native.get_source("cpu")           # RuntimeError naming the fix without the shim
+    from .. import native, sources
+    sources.get_source("cpu")           # RuntimeError naming the fix without the shim
     native.prepare("cpu", 0)
 
 
