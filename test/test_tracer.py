@@ -12,6 +12,7 @@ import warnings
 
 import pytest
 from helpers import line_of  # noqa: E402
+from helpers import tracer_figures  # noqa: E402
 
 from pytorch_memlab import _testsource, _tracer
 
@@ -38,13 +39,6 @@ def make_tracer():
     assert sys.gettrace() is None
 
 
-def row(t, func, text):
-    """(count, growth, {column: value}) of one line."""
-    stats = dict(t.stats())[func.__code__]
-    count, growth, values = stats[line_of(func, text)]
-    return count, growth, dict(zip(t.columns, values))
-
-
 # --- basics -----------------------------------------------------------------
 
 def simple():
@@ -59,12 +53,12 @@ def test_per_line_figures(make_tracer):
     simple()
     simple()
     t.disable()
-    count, growth, v = row(t, simple, "# grab")
+    count, growth, v = tracer_figures(t, simple, "# grab")
     assert count == 2
     assert growth == 200                      # +100 per run
     assert v["bytes.allocated"] == 200        # summed over runs
     assert v["bytes.peak"] == 160             # second run starts at 60
-    count, growth, v = row(t, simple, "# drop")
+    count, growth, v = tracer_figures(t, simple, "# drop")
     assert (count, growth, v["bytes.freed"]) == (2, -80, 80)
     assert v["bytes.peak"] == 160             # peak during the line = level at start
     assert v["bytes.current"] == 120          # level at end, max over runs
@@ -186,11 +180,11 @@ def test_nested_call_charged_to_caller_line(make_tracer):
     t.enable()
     outer()
     t.disable()
-    count, growth, v = row(t, outer, "# call inner")
+    count, growth, v = tracer_figures(t, outer, "# call inner")
     assert count == 1 and growth == 0
     assert v["bytes.peak"] == 1010
     assert v["bytes.allocated"] == 1000 and v["bytes.freed"] == 1000
-    assert row(t, inner, "# inner grab")[2]["bytes.peak"] == 1010
+    assert tracer_figures(t, inner, "# inner grab")[2]["bytes.peak"] == 1010
 
 
 def test_nested_unregistered_callee_still_charged(make_tracer):
@@ -198,7 +192,7 @@ def test_nested_unregistered_callee_still_charged(make_tracer):
     t.enable()
     outer()
     t.disable()
-    assert row(t, outer, "# call inner")[2]["bytes.peak"] == 1010
+    assert tracer_figures(t, outer, "# call inner")[2]["bytes.peak"] == 1010
     assert inner.__code__ not in dict(t.stats())
 
 
@@ -214,11 +208,11 @@ def test_recursion(make_tracer):
     t.enable()
     recurse(4)
     t.disable()
-    assert row(t, recurse, "# rec grab")[0] == 5
-    count, growth, v = row(t, recurse, "# rec call")
+    assert tracer_figures(t, recurse, "# rec grab")[0] == 5
+    count, growth, v = tracer_figures(t, recurse, "# rec call")
     assert count == 4
     assert v["bytes.peak"] == 50             # outermost call sees the deepest level
-    assert row(t, recurse, "# rec drop")[1] == -50
+    assert tracer_figures(t, recurse, "# rec drop")[1] == -50
 
 
 # --- generators and coroutines ---------------------------------------------
@@ -240,9 +234,9 @@ def test_generator_suspend_resume(make_tracer):
         total += x
     t.disable()
     assert total == 3
-    assert row(t, gen, "# gen grab")[0] == 3
-    assert row(t, gen, "# gen yield")[0] == 3
-    count, growth, v = row(t, gen, "# gen drop")
+    assert tracer_figures(t, gen, "# gen grab")[0] == 3
+    assert tracer_figures(t, gen, "# gen yield")[0] == 3
+    count, growth, v = tracer_figures(t, gen, "# gen drop")
     assert count == 1 and growth == -24
     # the consumer's 1000 bytes happen while gen is suspended: never charged
     assert all(vals[0] < 1000 for _, _, vals in dict(t.stats())[gen.__code__].values())
@@ -256,7 +250,7 @@ def test_generator_closed_while_suspended(make_tracer):
     g.close()
     del g
     t.disable()
-    assert row(t, gen, "# gen grab")[0] == 1
+    assert tracer_figures(t, gen, "# gen grab")[0] == 1
     alloc(-8)
 
 
@@ -275,9 +269,9 @@ def test_async_coroutines(make_tracer):
         return await asyncio.gather(coro(100), coro(200))
     assert asyncio.run(main()) == [100, 200]
     t.disable()
-    assert row(t, coro, "# coro grab")[0] == 2
-    assert row(t, coro, "# coro drop")[0] == 2
-    assert row(t, coro, "# coro drop")[2]["bytes.freed"] == 300
+    assert tracer_figures(t, coro, "# coro grab")[0] == 2
+    assert tracer_figures(t, coro, "# coro drop")[0] == 2
+    assert tracer_figures(t, coro, "# coro drop")[2]["bytes.freed"] == 300
 
 
 # --- exceptions -------------------------------------------------------------
@@ -309,8 +303,8 @@ def test_exception_caught_inside(make_tracer):
     t.enable()
     assert raises_inside() == 1
     t.disable()
-    assert row(t, raises_inside, "# handler")[0] == 1
-    assert row(t, raises_inside, "return 1")[0] == 1
+    assert tracer_figures(t, raises_inside, "# handler")[0] == 1
+    assert tracer_figures(t, raises_inside, "return 1")[0] == 1
 
 
 def test_exception_escaping_commits_lines(make_tracer):
@@ -320,9 +314,9 @@ def test_exception_escaping_commits_lines(make_tracer):
     with pytest.raises(KeyError):
         raises_out()
     t.disable()
-    assert row(t, raises_out, "# raise out")[0] == 2
-    assert row(t, calls_raiser, "# call raiser")[2]["bytes.peak"] == 70
-    assert row(t, calls_raiser, "# caught outside")[0] == 1
+    assert tracer_figures(t, raises_out, "# raise out")[0] == 2
+    assert tracer_figures(t, calls_raiser, "# call raiser")[2]["bytes.peak"] == 70
+    assert tracer_figures(t, calls_raiser, "# caught outside")[0] == 1
     alloc(-70)
 
 
@@ -337,7 +331,7 @@ def test_keyboard_interrupt(make_tracer):
     with pytest.raises(KeyboardInterrupt):
         interrupted()
     t.disable()
-    assert row(t, interrupted, "# interrupt")[0] == 1
+    assert tracer_figures(t, interrupted, "# interrupt")[0] == 1
     alloc(-5)
 
 
@@ -358,7 +352,7 @@ def test_thread_started_after_enable(make_tracer):
     for w in workers:
         w.join()
     t.disable()
-    assert row(t, threaded, "# thread grab")[0] == 150
+    assert tracer_figures(t, threaded, "# thread grab")[0] == 150
 
 
 def test_thread_started_before_enable(make_tracer):
@@ -377,7 +371,7 @@ def test_thread_started_before_enable(make_tracer):
     done.wait()
     w.join()
     t.disable()
-    assert row(t, threaded, "# thread grab")[0] == 20
+    assert tracer_figures(t, threaded, "# thread grab")[0] == 20
 
 
 # --- several profilers, registration ----------------------------------------
@@ -392,9 +386,9 @@ def test_two_tracers_at_once(make_tracer):
     a.disable()
     simple()
     b.disable()
-    assert row(a, simple, "# grab")[0] == 1
-    assert row(b, simple, "# grab")[0] == 2
-    assert row(b, outer, "# call inner")[0] == 1
+    assert tracer_figures(a, simple, "# grab")[0] == 1
+    assert tracer_figures(b, simple, "# grab")[0] == 2
+    assert tracer_figures(b, outer, "# call inner")[0] == 1
     if MONITORING:
         assert a.tool_id == -1 and b.tool_id == -1
 
@@ -407,7 +401,7 @@ def test_reregistering_is_harmless(make_tracer):
     simple()
     t.disable()
     assert t.codes() == [simple.__code__]
-    assert row(t, simple, "# grab")[0] == 1
+    assert tracer_figures(t, simple, "# grab")[0] == 1
 
 
 def test_code_replaced(make_tracer):
@@ -436,7 +430,7 @@ def test_add_code_while_enabled(make_tracer):
     t.add_code(simple.__code__)
     simple()
     t.disable()
-    assert row(t, simple, "# grab")[0] == 1
+    assert tracer_figures(t, simple, "# grab")[0] == 1
 
 
 def test_clear(make_tracer):
@@ -446,7 +440,7 @@ def test_clear(make_tracer):
     t.clear()
     simple()
     t.disable()
-    assert row(t, simple, "# grab")[0] == 1
+    assert tracer_figures(t, simple, "# grab")[0] == 1
 
 
 def test_disable_inside_profiled_frame_commits(make_tracer):
@@ -458,7 +452,7 @@ def test_disable_inside_profiled_frame_commits(make_tracer):
     t.add_code(stops.__code__)
     t.enable()
     stops()
-    assert row(t, stops, "# nine")[0] == 1
+    assert tracer_figures(t, stops, "# nine")[0] == 1
     alloc(-9)
 
 
@@ -606,7 +600,7 @@ def test_other_trace_function_is_kept(make_tracer):
         sys.settrace(None)
     alloc(-60)
     # both work side by side: settrace chains to the other function
-    assert row(t, simple, "# grab")[0] == 1
+    assert tracer_figures(t, simple, "# grab")[0] == 1
     assert not caught
     assert seen.count("call") >= 1           # theirs saw simple() being called
 
@@ -659,8 +653,8 @@ def test_peers_do_not_hide_each_others_peaks(make_tracer):
     outer()
     b.disable()
     a.disable()
-    assert row(a, outer, "# call inner")[2]["bytes.peak"] == 1010
-    assert row(b, inner, "# inner grab")[2]["bytes.peak"] == 1010
+    assert tracer_figures(a, outer, "# call inner")[2]["bytes.peak"] == 1010
+    assert tracer_figures(b, inner, "# inner grab")[2]["bytes.peak"] == 1010
 
 
 def test_more_tracers_than_tool_ids(make_tracer):
@@ -673,7 +667,7 @@ def test_more_tracers_than_tool_ids(make_tracer):
     for t in tracers:
         t.disable()
     alloc(-60)
-    assert all(row(t, simple, "# grab")[0] == 1 for t in tracers)
+    assert all(tracer_figures(t, simple, "# grab")[0] == 1 for t in tracers)
     if MONITORING:
         assert all(sys.monitoring.get_tool(i) is None for i in range(2, 6))
 
@@ -688,7 +682,7 @@ def test_disabling_one_tracer_keeps_the_other_running(make_tracer):
     b.disable()
     alloc(-60)
     assert dict(a.stats())[simple.__code__] == {}
-    assert row(b, simple, "# grab")[0] == 1
+    assert tracer_figures(b, simple, "# grab")[0] == 1
 
 
 class TwoDevices:
@@ -723,9 +717,9 @@ def test_set_device_measures_growth_on_the_new_device():
     t.enable()
     switch()
     t.disable()
-    assert row(t, switch, "# on zero")[1] == 10
-    assert row(t, switch, "# switch")[1] == 0      # not 5000 - 110
-    count, growth, v = row(t, switch, "# on one")
+    assert tracer_figures(t, switch, "# on zero")[1] == 10
+    assert tracer_figures(t, switch, "# switch")[1] == 0      # not 5000 - 110
+    count, growth, v = tracer_figures(t, switch, "# on one")
     assert growth == 7 and v["b.peak"] == 5007
 
 
@@ -759,7 +753,7 @@ def test_settrace_after_enable_warns_once_and_resumes(make_tracer):
         pause()
         t.disable()
     alloc(-60)
-    assert row(t, simple, "# grab")[0] == 3
+    assert tracer_figures(t, simple, "# grab")[0] == 3
     assert sum("another tool called sys.settrace" in str(w.message) for w in caught) == 1
     assert sys.gettrace() is None
 

@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from helpers import line_of
+from helpers import tracer_figures
 
 from pytorch_memlab import _tracer
 
@@ -118,11 +118,6 @@ def make(*funcs):
     return tracer
 
 
-def figures(tracer, func, text):
-    count, growth, values = dict(tracer.stats())[func.__code__][line_of(func, text)]
-    return count, growth, dict(zip(tracer.columns, values))
-
-
 def run(worker_tracer, main_tracer):
     """A worker thread runs worker_line while the main thread spins."""
     ready, proceed, done = threading.Event(), threading.Event(), threading.Event()
@@ -148,8 +143,8 @@ def run(worker_tracer, main_tracer):
 
 
 def check(worker_tracer, main_tracer):
-    base = figures(worker_tracer, worker_line, "# wait")[2]["bytes.peak"]
-    count, growth, line = figures(worker_tracer, worker_line, "# the line")
+    base = tracer_figures(worker_tracer, worker_line, "# wait")[2]["bytes.peak"]
+    count, growth, line = tracer_figures(worker_tracer, worker_line, "# the line")
     assert count == 1 and growth == MiB
     assert line["bytes.peak"] - base == 3 * MiB
     assert line["bytes.allocated"] == 3 * MiB
