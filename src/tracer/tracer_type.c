@@ -220,6 +220,7 @@ Tracer_clear(TracerObject *self, PyObject *unused)
 {
     for (int i = 0; i < self->codes.n_tables; i++) {
         linetable_clear(self->codes.tables[i]);
+        callfigures_clear(self->codes.tables[i]);
     }
     self->sample_errors = self->memory_errors = 0;
     Py_RETURN_NONE;
@@ -250,13 +251,33 @@ Tracer_stats(TracerObject *self, PyObject *unused)
     PyObject *result = PyList_New(0);
     for (int i = 0; result != NULL && i < self->codes.n_tables; i++) {
         LineTable *table = self->codes.tables[i];
-        PyObject *lines = linetable_to_dict(table);
+        PyObject *lines = callfigures_all_to_dict(table, self->sampler.folds);
         PyObject *pair = lines ? PyTuple_Pack(2, table->code, lines) : NULL;
         if (pair == NULL || PyList_Append(result, pair) < 0) {
             Py_CLEAR(result);
         }
         Py_XDECREF(pair);
         Py_XDECREF(lines);
+    }
+    return result;
+}
+
+static PyObject *
+Tracer_call_stats(TracerObject *self, PyObject *unused)
+{
+    if (!tracer_ready(self) || warn_lost(self) < 0) {
+        return NULL;
+    }
+    PyObject *result = PyList_New(0);
+    for (int i = 0; result != NULL && i < self->codes.n_tables; i++) {
+        LineTable *table = self->codes.tables[i];
+        PyObject *calls = callfigures_to_tuple(table);
+        PyObject *row = calls ? Py_BuildValue("(OO)", table->code, calls) : NULL;
+        if (row == NULL || PyList_Append(result, row) < 0) {
+            Py_CLEAR(result);
+        }
+        Py_XDECREF(row);
+        Py_XDECREF(calls);
     }
     return result;
 }
@@ -340,6 +361,8 @@ static PyMethodDef Tracer_methods[] = {
     {"clear", (PyCFunction)Tracer_clear, METH_NOARGS, "Forget the figures."},
     {"stats", (PyCFunction)Tracer_stats, METH_NOARGS,
      "[(code, {line: (count, net_growth, values)}), ...] in registration order"},
+    {"call_stats", (PyCFunction)Tracer_call_stats, METH_NOARGS,
+     "[(code, (calls, {line: (first, later, least_growth)})), ...] in registration order"},
     {NULL, NULL, 0, NULL},
 };
 
