@@ -277,7 +277,8 @@ class LineProfiler:
                 raise ValueError(f"{func!r} is not a function of this profiler "
                                  f"(registered: {', '.join(e.qualname for e in self._entries)})")
             records = build_records(entries, self._tracers.labels(), self._tracers.stats(),
-                                    self.columns, shown, self._raised)
+                                    self.columns, shown, self._raised,
+                                    self._tracers.call_stats())
             return postmortem.attach(records, self._postmortem)
 
     def _untraced_notes(self, entries: list[FunctionEntry],

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import types
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
@@ -15,6 +15,11 @@ from ..common.devices import DeviceSlot, current_target, label
 # compare equal, so a tracer's tables are told apart by identity, not by key
 LineTable = dict[int, tuple[int, int, tuple[int, ...]]]
 TracerStats = list[tuple[types.CodeType, LineTable]]
+# Per outermost call (native Tracer.call_stats): (calls, {lineno: (first,
+# later, least growth of one later call or None before the third call)})
+Figures = tuple[int, int, tuple[int, ...]]
+CallTable = tuple[int, dict[int, tuple[Optional[Figures], Optional[Figures], Optional[int]]]]
+CallStats = list[tuple[types.CodeType, CallTable]]
 
 
 class TracerSet:
@@ -81,3 +86,6 @@ class TracerSet:
 
     def stats(self) -> list[TracerStats]:
         return [tracer.stats() for tracer in self.tracers]
+
+    def call_stats(self) -> list[CallStats]:
+        return [tracer.call_stats() for tracer in self.tracers]

@@ -10,7 +10,8 @@ release_growth(CallFigures *f)
 {
     free(f->growth_before);
     free(f->least_growth);
-    f->growth_before = f->least_growth = NULL;
+    free(f->last_growth);
+    f->growth_before = f->least_growth = f->last_growth = NULL;
     f->n_slots = 0;
 }
 
@@ -33,6 +34,13 @@ callfigures_clear(LineTable *table)
     table->commits = 0;
 }
 
+void
+callfigures_clear_clock(CallClock *clock)
+{
+    clock->started = 0;
+    clock->start_level = 0;
+}
+
 /* Lay the growth arrays over the table's lines (it widens when a line outside
  * its span runs).  A slot new to them ran only in the call that just ended:
  * nothing before it, and no growth in the calls before. */
@@ -46,20 +54,24 @@ cover_table(CallFigures *f, const LineTable *t)
     size_t n = (size_t)t->n_slots;
     int64_t *before = calloc(n, sizeof(int64_t));
     int64_t *least = calloc(n, sizeof(int64_t));
-    if (before == NULL || least == NULL) {
+    int64_t *last = calloc(n, sizeof(int64_t));
+    if (before == NULL || least == NULL || last == NULL) {
         free(before);
         free(least);
+        free(last);
         return -1;
     }
     if (f->growth_before != NULL) {
         /* the table only widens: the old span lies inside the new one */
-        size_t shift = (size_t)(f->first_line - t->first_line);
-        memcpy(before + shift, f->growth_before, (size_t)f->n_slots * sizeof(int64_t));
-        memcpy(least + shift, f->least_growth, (size_t)f->n_slots * sizeof(int64_t));
+        size_t shift = (size_t)(f->first_line - t->first_line), old = (size_t)f->n_slots;
+        memcpy(before + shift, f->growth_before, old * sizeof(int64_t));
+        memcpy(least + shift, f->least_growth, old * sizeof(int64_t));
+        memcpy(last + shift, f->last_growth, old * sizeof(int64_t));
     }
     release_growth(f);
     f->growth_before = before;
     f->least_growth = least;
+    f->last_growth = last;
     f->first_line = t->first_line;
     f->n_slots = t->n_slots;
     return 0;
@@ -76,6 +88,7 @@ table_end_call(LineTable *t)
             return -1;
         }
     }
+    f->correct_last = 0;
     if (t->commits == f->commits_seen) {
         return 0;              /* none of its lines ran in this call */
     }
@@ -97,11 +110,35 @@ table_end_call(LineTable *t)
     for (int s = 0; s < t->n_slots; s++) {
         int64_t grown = memlab_sub_sat(t->growth[s], f->growth_before[s]);
         f->growth_before[s] = t->growth[s];
+        f->last_growth[s] = grown;
         if (f->calls == 2 || grown < f->least_growth[s]) {
             f->least_growth[s] = grown;
         }
     }
+    f->correct_last = 1;
     return 0;
+}
+
+void
+callfigures_begin_call(CallClock *clock, CodeMap *codes, int64_t level)
+{
+    if (clock->started) {
+        int64_t kept = memlab_sub_sat(level, clock->start_level);
+        for (int i = 0; i < codes->n_tables; i++) {
+            CallFigures *f = codes->tables[i]->calls;
+            if (f == NULL || !f->correct_last) {
+                continue;
+            }
+            f->correct_last = 0;
+            for (int s = 0; s < f->n_slots; s++) {
+                if (f->last_growth[s] > kept && kept < f->least_growth[s]) {
+                    f->least_growth[s] = kept;
+                }
+            }
+        }
+    }
+    clock->started = 1;
+    clock->start_level = level;
 }
 
 Py_ssize_t

@@ -12,7 +12,14 @@
  * it holds the later calls alone; "all calls" is the two folded together when
  * asked (stats()).  From the second call on, each line's growth in the call
  * (its summed growth now, less at the previous call's end) updates the least
- * growth of one call seen so far. */
+ * growth of one call seen so far.
+ *
+ * A call's locals are freed after its last event, so a line that makes a
+ * tensor kept until the return shows growth in every call without keeping
+ * anything.  When the next call begins, the level then, less the level when
+ * the ended call began, is what that call kept (with whatever ran between
+ * the calls); a line's growth in that call counts only up to it.  The last
+ * call is never so corrected: the least over the calls is no higher for it. */
 #ifndef MEMLAB_CALLFIGURES_H
 #define MEMLAB_CALLFIGURES_H
 
@@ -27,12 +34,25 @@ typedef struct CallFigures {
     int n_slots;
     int64_t *growth_before;   /* Owned. the table's growth at the last call's end */
     int64_t *least_growth;    /* Owned. least growth in one call, calls 2..calls */
+    int64_t *last_growth;     /* Owned. each line's growth in the last call */
+    int correct_last;         /* the last call was a later call, to correct */
 } CallFigures;
+
+/* The tracer's side: the level when the current call began. */
+typedef struct {
+    int64_t start_level;      /* level at the start of the current (or last) call */
+    int started;              /* a call began since the tracer was made or cleared */
+} CallClock;
 
 void callfigures_free(CallFigures *figures);
 
-/* Forget every call (the table is cleared too, by its owner). */
+/* Forget every call (the table's figures are cleared by its owner). */
 void callfigures_clear(LineTable *table);
+void callfigures_clear_clock(CallClock *clock);
+
+/* A call begins at `level`: the previous call's growth is corrected by what
+ * it kept (see above).  Never raises. */
+void callfigures_begin_call(CallClock *clock, CodeMap *codes, int64_t level);
 
 /* The end of a call: every table of `codes` that took part steps.  Returns
  * the number of tables whose step failed for lack of memory (their per-call

@@ -125,9 +125,11 @@ commit_line(TracerObject *t, ThreadStack *stack, int i, int64_t level, int next_
 /* A thread's stack opened (its first profiled frame) or closed: a call
  * ends when no stack is open (callfigures.h). */
 static void
-stack_opened(TracerObject *t)
+stack_opened(TracerObject *t, int64_t level)
 {
-    t->open_stacks++;
+    if (t->open_stacks++ == 0) {
+        callfigures_begin_call(&t->clock, &t->codes, level);
+    }
 }
 
 static void
@@ -148,7 +150,7 @@ push_frame(TracerObject *t, ThreadStack *stack, LineTable *table, int line,
         return NULL;
     }
     if (stack->depth == 1) {
-        stack_opened(t);
+        stack_opened(t, level);
     }
     f->table = table;
     f->line = line;

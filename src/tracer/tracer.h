@@ -32,6 +32,7 @@ typedef struct TracerObject {
     int tool_id;                   /* sys.monitoring tool id, -1 when none */
     int open_stacks;               /* threads with a profiled frame open: 0
                                       between calls (callfigures.h) */
+    CallClock clock;               /* when the current call began */
     struct TracerObject *next_enabled;  /* Borrowed. the enabled-tracers list */
     PyObject *weakreflist;
 } TracerObject;

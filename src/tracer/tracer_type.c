@@ -222,6 +222,7 @@ Tracer_clear(TracerObject *self, PyObject *unused)
         linetable_clear(self->codes.tables[i]);
         callfigures_clear(self->codes.tables[i]);
     }
+    callfigures_clear_clock(&self->clock);
     self->sample_errors = self->memory_errors = 0;
     Py_RETURN_NONE;
 }
