@@ -106,10 +106,13 @@ class ViewCommand(Verb):
                                             "files written under torchrun")
         parser.add_argument("-o", "--output", metavar="OUT",
                             help="report.html, or a .json / .csv")
+        parser.add_argument("--by-call", action="store_true",
+                            help="print the first call's figures and the later calls' "
+                                 "side by side")
 
     def run(self, args: argparse.Namespace) -> int:
         from .view import view
-        return view(args.profile, args.output)
+        return view(args.profile, args.output, by_call=args.by_call)
 
 
 class InfoCommand(Verb):

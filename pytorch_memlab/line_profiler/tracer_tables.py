@@ -30,7 +30,7 @@ def _lines(code: types.CodeType, table: LineTable, calls: CallTable,
            recorded: Sequence[str], shown: Sequence[str],
            raised: dict[int, str]) -> list[LineRecord]:
     position = {name: recorded.index(name) for name in shown}
-    n_calls, per_call = calls
+    n_calls, first_kept, per_call = calls
     rows: list[LineRecord] = []
     for lineno, text in source_lines(code, list(table) + list(raised)):
         figures: Optional[Figures] = table.get(lineno)
@@ -39,8 +39,8 @@ def _lines(code: types.CodeType, table: LineTable, calls: CallTable,
             lineno, text, figures[0] if figures else 0, figures[1] if figures else None,
             {name: figures[2][position[name]] if figures else None for name in shown},
             raised.get(lineno),
-            first_call=_part(first, position) if n_calls else None,
-            later_calls=_part(later, position) if n_calls else None,
+            first_call=_part(first, position) if first_kept else None,
+            later_calls=_part(later, position) if first_kept else None,
             growth_per_call=max(least, 0) if least is not None and figures else None))
     return rows
 
@@ -55,7 +55,7 @@ def build_records(entries: Sequence[FunctionEntry], labels: Sequence[str],
     # by identity: look-alike code objects compare equal (see TracerStats)
     by_code = [{id(code): lines for code, lines in stats} for stats in per_device]
     calls_by_code = [{id(code): calls for code, calls in stats} for stats in per_call]
-    none: CallTable = (0, {})
+    none: CallTable = (0, False, {})
     for entry in entries:
         for code in entry.codes:
             tables = [found.get(id(code), {}) for found in by_code]

@@ -159,11 +159,10 @@ def loads(text: str, where: str) -> Profile:
         line = LineRecord(lineno, row[-1], count, values[2], dict(zip(columns, figures)),
                           row[-2] or None)
         if per_call and calls is not None:
-            keys = ["count", GROWTH] + list(columns)
+            part_keys = ["count", GROWTH] + list(columns)
             line.growth_per_call = calls_cells[1]
-            first, later = calls_cells[2:2 + len(keys)], calls_cells[2 + len(keys):]
-            line.first_call = _part(keys, first)
-            line.later_calls = _part(keys, later)
+            line.first_call = _part(part_keys, calls_cells[2:2 + len(part_keys)])
+            line.later_calls = _part(part_keys, calls_cells[2 + len(part_keys):])
         functions[-1].lines.append(line)
     return Profile(functions, list(columns), devices, schema_version=SCHEMA_VERSION,
                    meanings=meanings_of(columns))

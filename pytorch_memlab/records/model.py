@@ -122,7 +122,8 @@ class FunctionRecord(_ReadsAsDict):
         return (self.filename, self.first_line, self.qualname)
 
     def _keys(self) -> tuple[str, ...]:
-        keys = ("qualname", "filename", "first_line", "device", "columns", "lines")
+        keys: tuple[str, ...] = ("qualname", "filename", "first_line", "device", "columns",
+                                 "lines")
         keys += ("postmortem",) if self.postmortem is not None else ()
         return keys + ("calls",) if self.calls is not None else keys
 

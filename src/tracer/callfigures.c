@@ -35,6 +35,22 @@ callfigures_clear(LineTable *table)
 }
 
 void
+callfigures_rotate(LineTable *table)
+{
+    CallFigures *f = table->calls;
+    table->commits = 0;
+    if (f == NULL) {
+        return;
+    }
+    linetable_free(f->first);
+    f->first = NULL;
+    f->commits_seen = 0;
+    if (f->growth_before != NULL) {
+        memset(f->growth_before, 0, (size_t)f->n_slots * sizeof(int64_t));
+    }
+}
+
+void
 callfigures_clear_clock(CallClock *clock)
 {
     clock->started = 0;
@@ -95,7 +111,8 @@ table_end_call(LineTable *t)
     f->commits_seen = t->commits;
     if (f->calls == 0) {
         /* The table held the first call alone: that is `first`, and the
-         * table goes on with the later calls. */
+         * table goes on with the later calls.  (After a rotation calls is
+         * not 0: the table's next call is a later one.) */
         f->first = linetable_take(t);
         if (f->first == NULL) {
             return -1;
@@ -285,8 +302,8 @@ callfigures_to_tuple(const LineTable *t)
     if (lines == NULL) {
         goto error;
     }
-    if (first == NULL) {    /* no call ended yet */
-        return Py_BuildValue("(LN)", (long long)0, lines);
+    if (f == NULL || f->calls == 0) {    /* no call ended yet */
+        return Py_BuildValue("(LON)", (long long)0, Py_False, lines);
     }
     span(t, first, &lo, &hi);
     for (int line = lo; line <= hi; line++) {
@@ -312,7 +329,8 @@ callfigures_to_tuple(const LineTable *t)
         Py_CLEAR(key);
         Py_CLEAR(row);
     }
-    return Py_BuildValue("(LN)", (long long)f->calls, lines);
+    return Py_BuildValue("(LON)", (long long)f->calls, first != NULL ? Py_True : Py_False,
+                         lines);
 error:
     Py_XDECREF(key);
     Py_XDECREF(row);

@@ -50,6 +50,11 @@ void callfigures_free(CallFigures *figures);
 void callfigures_clear(LineTable *table);
 void callfigures_clear_clock(CallClock *clock);
 
+/* The table's figures were cleared but its calls go on being counted (a
+ * profile_every table was printed): the first call's figures go, the count
+ * of calls and each line's least growth stay. */
+void callfigures_rotate(LineTable *table);
+
 /* A call begins at `level`: the previous call's growth is corrected by what
  * it kept (see above).  Never raises. */
 void callfigures_begin_call(CallClock *clock, CodeMap *codes, int64_t level);
@@ -63,9 +68,10 @@ Py_ssize_t callfigures_end_call(CodeMap *codes);
  * call's figures folded with the later ones'.  NULL with an exception set. */
 PyObject *callfigures_all_to_dict(const LineTable *table, const memlab_fold *folds);
 
-/* (calls, {lineno: (first, later, least_growth)}) where first and later are
- * (count, net_growth, (values...)) or None where the line did not run in
- * those calls, and least_growth is None before the third call.  NULL with an
+/* (calls, first_kept, {lineno: (first, later, least_growth)}) where first
+ * and later are (count, net_growth, (values...)) or None where the line did
+ * not run in those calls (first: always None when not first_kept, after a
+ * rotation), and least_growth is None before the third call.  NULL with an
  * exception set. */
 PyObject *callfigures_to_tuple(const LineTable *table);
 

@@ -216,13 +216,25 @@ Tracer_set_device(TracerObject *self, PyObject *arg)
 }
 
 static PyObject *
-Tracer_clear(TracerObject *self, PyObject *unused)
+Tracer_clear(TracerObject *self, PyObject *args, PyObject *kwds)
 {
+    static char *kwlist[] = {"keep_calls", NULL};
+    int keep_calls = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p:clear", kwlist, &keep_calls)) {
+        return NULL;
+    }
     for (int i = 0; i < self->codes.n_tables; i++) {
         linetable_clear(self->codes.tables[i]);
-        callfigures_clear(self->codes.tables[i]);
+        if (keep_calls) {
+            callfigures_rotate(self->codes.tables[i]);
+        }
+        else {
+            callfigures_clear(self->codes.tables[i]);
+        }
     }
-    callfigures_clear_clock(&self->clock);
+    if (!keep_calls) {
+        callfigures_clear_clock(&self->clock);
+    }
     self->sample_errors = self->memory_errors = 0;
     Py_RETURN_NONE;
 }
@@ -359,7 +371,9 @@ static PyMethodDef Tracer_methods[] = {
      "Commit open lines and remove every hook."},
     {"set_device", (PyCFunction)Tracer_set_device, METH_O,
      "Read another device from the next event on."},
-    {"clear", (PyCFunction)Tracer_clear, METH_NOARGS, "Forget the figures."},
+    {"clear", (PyCFunction)(void (*)(void))Tracer_clear, METH_VARARGS | METH_KEYWORDS,
+     "Forget the figures; keep_calls=True goes on counting calls (and each line's "
+     "least growth per call)."},
     {"stats", (PyCFunction)Tracer_stats, METH_NOARGS,
      "[(code, {line: (count, net_growth, values)}), ...] in registration order"},
     {"call_stats", (PyCFunction)Tracer_call_stats, METH_NOARGS,
