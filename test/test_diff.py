@@ -99,7 +99,9 @@ def test_cli_text_html_and_exit_codes(pair, tmp_path):
     (("NOTPROFILE", "NEW"), "not a saved profile"),
     (("OLD", "NEW", "--fail-over", "lots"), "--fail-over 'lots'"),
     (("OLD", "OTHER"), "no function in common"),
-], ids=["missing", "not-profile", "bad-threshold", "nothing-common"])
+    (("OLD", "GPU"), "share no device"),
+    (("OLD", "FUTURE"), "newer than this pytorch_memlab reads"),
+], ids=["missing", "not-profile", "bad-threshold", "nothing-common", "no-device", "newer"])
 def test_usage_errors(pair, tmp_path, args, message):
     old, new = pair
     other = tmp_path / "other.json"
@@ -109,7 +111,15 @@ def test_usage_errors(pair, tmp_path, args, message):
         record["qualname"] = "elsewhere"
     other.write_text(json.dumps(data))
     (tmp_path / "bad.json").write_text("{}")
-    names = {"OLD": old, "NEW": new, "OTHER": other, "NOTPROFILE": tmp_path / "bad.json"}
+    data = json.loads(new.read_text())
+    data["devices"] = ["cuda:0"]
+    for record in data["functions"]:
+        record["device"] = "cuda:0"
+    (tmp_path / "gpu.json").write_text(json.dumps(data))
+    data["schema_version"] = 99
+    (tmp_path / "future.json").write_text(json.dumps(data))
+    names = {"OLD": old, "NEW": new, "OTHER": other, "NOTPROFILE": tmp_path / "bad.json",
+             "GPU": tmp_path / "gpu.json", "FUTURE": tmp_path / "future.json"}
     proc = cli(*[names.get(a, a) for a in args])
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr
