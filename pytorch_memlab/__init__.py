@@ -22,6 +22,7 @@ _EXPORTS = {
     "MemReporter": "pytorch_memlab.mem_reporter",
     "Courtesy": "pytorch_memlab.courtesy",
     "info": "pytorch_memlab.source_info",
+    "diff": "pytorch_memlab.diffing",
 }
 
 __all__ = sorted(_EXPORTS) + ["load_ipython_extension"]

@@ -79,7 +79,10 @@ class Tracer:
         """Commit every open line of every thread, remove all hooks."""
     def set_device(self, device: int, /) -> None:
         """Read another device from the next event on (prepares it if enabled)."""
-    def clear(self) -> None: ...
+    def clear(self, keep_calls: bool = False) -> None:
+        """Forget the figures.  ``keep_calls``: the calls go on being counted
+        and each line's least growth per call is kept; the first call's
+        figures go (``call_stats`` says ``first_kept`` False)."""
     def stats(self) -> list[tuple[CodeType, dict[int, tuple[int, int, tuple[int, ...]]]]]:
         """[(code, {lineno: (count, net_growth, values_in_column_order)}), ...],
         one pair per registered code object, in registration order.  A list,
@@ -87,3 +90,17 @@ class Tracer:
         compare equal, yet each has its own figures (find yours with ``is``).
         net_growth sums (growth_field at line end - at line start); 0 if
         growth_field is None.  Only lines that ran appear."""
+    def call_stats(self) -> list[tuple[CodeType, tuple[int, bool, dict[int, tuple[
+            tuple[int, int, tuple[int, ...]] | None,
+            tuple[int, int, tuple[int, ...]] | None,
+            int | None]]]]]:
+        """Figures per outermost call, one pair per registered code object in
+        registration order: ``(code, (calls, first_kept, {lineno: (first,
+        later, least_growth)}))``.  ``calls``: the calls the code took part in (a
+        call: from a thread entering a profiled function while none runs on
+        any thread, to none running anywhere); ``first``: the first call's
+        ``(count, net_growth, values)``, ``later``: the same over the calls
+        after it (None where the line did not run in them); ``least_growth``:
+        the least net growth of the line in one call after the first (0 for a
+        call it did not run in), None before the third call.  ``stats()``
+        is the two folded together."""

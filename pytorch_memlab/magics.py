@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 _VALUE_SHORT = frozenset("fcgT")
 _FLAG_SHORT = frozenset("Drq")
 _VALUE_LONG = ("--function", "--column", "--gpu", "--dump-profile")
-_FLAG_LONG = ("--no_default_columns", "--no-default-columns", "--return-profiler", "--quiet")
+_FLAG_LONG = ("--no_default_columns", "--no-default-columns", "--return-profiler", "--quiet",
+              "--by-call")
 
 
 def _word(text: str, pos: int) -> tuple[str, int]:
@@ -145,6 +146,8 @@ class MemlabMagics(Magics):
               help="Do not show the table (use with -r or -T).")
     @argument("-T", "--dump-profile", metavar="FILE", default=None,
               help="Also write the text table to FILE (overwritten).")
+    @argument("--by-call", action="store_true",
+              help="Show the first call's figures and the later calls' side by side.")
     @argument("statement", nargs="*",
               help="The code to run (line magic). In the cell magic the cell is the code.")
     @no_var_expand          # the statement is Python: {x} and $x stay as written
@@ -237,11 +240,11 @@ class MemlabMagics(Magics):
     @staticmethod
     def _report(profiler: LineProfiler, args: argparse.Namespace) -> None:
         if not args.quiet:
-            display(profiler.display())
+            display(profiler.display(by_call=args.by_call))
         if args.dump_profile is not None:
             path = os.path.expanduser(args.dump_profile)
             with open(path, "w", encoding="utf-8") as stream:
-                profiler.print_stats(stream=stream)
+                profiler.print_stats(stream=stream, by_call=args.by_call)
 
 
 def load_ipython_extension(ipython: InteractiveShell) -> None:

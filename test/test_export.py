@@ -97,7 +97,7 @@ def test_json_schema(prof, tmp_path):
     prof.save(path)
     data = json.loads(path.read_text())
     assert data["format"] == "pytorch_memlab.line_profile"
-    assert data["schema_version"] == SCHEMA_VERSION == 2
+    assert data["schema_version"] == SCHEMA_VERSION == 3
     assert data["torch_version"] == str(torch.__version__)
     assert data["pytorch_memlab_version"] == pytorch_memlab.__version__
     assert data["python_version"] == "%d.%d.%d" % sys.version_info[:3]
@@ -112,7 +112,7 @@ def test_json_schema(prof, tmp_path):
     assert record["device"] == "cpu" and record["columns"] == list(COLUMNS)
     lines = {line["code"].strip(): line for line in record["lines"]}
     assert set(lines["def work():"]) == {"lineno", "code", "count", "net_growth", "raised",
-                                         *COLUMNS}
+                                         *COLUMNS, "first_call", "later_calls"}
     first = lines["x = torch.empty(262144)"]
     assert first["count"] == 2 and first["net_growth"] == 2 * MiB
     assert first["allocation.all.allocated"] == 2            # a counter: summed
@@ -129,8 +129,11 @@ def test_csv_layout(prof, tmp_path):
     path = tmp_path / "p.csv"
     prof.save(path)
     rows = path.read_text().splitlines()
+    per_call = ["calls", "growth_per_call"] + [f"{part}.{key}" for part in
+                                               ("first_call", "later_calls")
+                                               for key in ("count", "net_growth", *COLUMNS)]
     assert rows[0] == ('"qualname",filename,first_line,device,lineno,count,net_growth,'
-                       + ",".join(COLUMNS) + ",raised,code")
+                       + ",".join(COLUMNS + tuple(per_call)) + ",raised,code")
     lines = sum(len(r["lines"]) for r in prof.stats())
     assert lines == len(rows) - 2 and rows[-1] == f"#end,{lines}"
     assert any(row.startswith("work,") and row.endswith(",,    del x") for row in rows)
@@ -261,8 +264,11 @@ def test_to_dataframe(prof, tmp_path):
     prof.save(tmp_path / "p.csv")
     pandas.testing.assert_frame_equal(live, load(tmp_path / "p.json").to_dataframe())
     pandas.testing.assert_frame_equal(live, load(tmp_path / "p.csv").to_dataframe())
+    per_call = ["calls", "growth_per_call"] + [f"{part}.{key}" for part in
+                                               ("first_call", "later_calls")
+                                               for key in ("count", "net_growth", *COLUMNS)]
     assert list(live.columns) == ["qualname", "filename", "first_line", "device", "lineno",
-                                  "count", "net_growth", *COLUMNS, "raised", "code"]
+                                  "count", "net_growth", *COLUMNS, *per_call, "raised", "code"]
     assert str(live["net_growth"].dtype) == "Int64"
     row = live[(live.qualname == "work") & live.code.str.contains("del x")].iloc[0]
     assert row["net_growth"] == -2 * MiB and row["count"] == 2

@@ -358,7 +358,8 @@ def test_stats_shape(prof_factory):
     records = prof.stats()
     assert [r["qualname"] for r in records] == ["grow_then_free", "outer_calls"]
     record = records[0]
-    assert set(record) == {"qualname", "filename", "first_line", "device", "columns", "lines"}
+    assert set(record) == {"qualname", "filename", "first_line", "device", "columns", "lines",
+                           "calls"}
     assert record["filename"] == __file__
     assert record["first_line"] == grow_then_free.__code__.co_firstlineno
     assert record["device"] == "cpu"
@@ -368,7 +369,7 @@ def test_stats_shape(prof_factory):
     assert [line["code"] for line in record["lines"]] == [s.rstrip("\n") for s in source]
     for line in record["lines"]:
         assert set(line) == {"lineno", "code", "count", "net_growth", PEAK,
-                             "reserved_bytes.all.peak", "raised"}
+                             "reserved_bytes.all.peak", "raised", "first_call", "later_calls"}
     header = record["lines"][0]                  # the def line never runs
     assert header["count"] == 0 and header["net_growth"] is None and header[PEAK] is None
     assert all(line["count"] == 0 for line in records[1]["lines"])   # never called

@@ -106,10 +106,13 @@ class ViewCommand(Verb):
                                             "files written under torchrun")
         parser.add_argument("-o", "--output", metavar="OUT",
                             help="report.html, or a .json / .csv")
+        parser.add_argument("--by-call", action="store_true",
+                            help="print the first call's figures and the later calls' "
+                                 "side by side")
 
     def run(self, args: argparse.Namespace) -> int:
         from .view import view
-        return view(args.profile, args.output)
+        return view(args.profile, args.output, by_call=args.by_call)
 
 
 class InfoCommand(Verb):
@@ -124,3 +127,30 @@ class InfoCommand(Verb):
 
 
 COMMANDS: tuple[Command, ...] = (DemoCommand(), RunCommand(), ViewCommand(), InfoCommand())
+
+
+class DiffCommand(Verb):
+    name = "diff"
+    help = "compare two saved profiles line by line"
+    needs_torch = False
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.description = ("Compare two profiles (.json, .csv, or folders of rank files): "
+                              "per function (by qualname and device) each line's old, new "
+                              "and change, lines matched by their code text.")
+        parser.add_argument("old", help="the earlier profile")
+        parser.add_argument("new", help="the later profile")
+        parser.add_argument("-c", "--column", action="append", metavar="COLUMN",
+                            help="a column to compare (repeatable; default: all)")
+        parser.add_argument("-o", "--output", metavar="OUT.html",
+                            help="also write the comparison as HTML")
+        parser.add_argument("--fail-over", metavar="SIZE|PCT",
+                            help="exit 1 when a function's peak grew by more than this "
+                                 "(e.g. 16MiB or 5%%)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from .diff import run_diff
+        return run_diff(args)
+
+
+COMMANDS = COMMANDS + (DiffCommand(),)

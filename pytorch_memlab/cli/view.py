@@ -10,7 +10,7 @@ from .command import CommandError
 from .stdout import print_tables
 
 
-def view(path: str, output: Optional[str]) -> int:
+def view(path: str, output: Optional[str], by_call: bool = False) -> int:
     if os.path.isdir(path):
         return _view_ranks(path, output)
     if not os.path.exists(path):
@@ -24,7 +24,7 @@ def view(path: str, output: Optional[str]) -> int:
         raise CommandError(f"{path}: not a saved profile (expected a .json or .csv written by "
                            f"`run -o` or save()): {reason}") from None
     if output is None:
-        print_tables(saved.print_stats)
+        print_tables(lambda: saved.print_stats(by_call=by_call))
         return 0
     ext = os.path.splitext(output)[1].lower()
     if ext not in (".html", ".htm", ".json", ".csv"):

@@ -180,7 +180,7 @@ class LineProfiler:
         for ``save`` until the next call runs, and keep the timeline."""
         with self._lock:
             self._printed = self.stats()
-            self._tracers.clear()
+            self._tracers.clear(keep_calls=True)   # lines that grow every call stay known
             self._raised.clear()
             self._stopped.clear()
             self._postmortem = None
@@ -278,7 +278,8 @@ class LineProfiler:
                 raise ValueError(f"{func!r} is not a function of this profiler "
                                  f"(registered: {', '.join(e.qualname for e in self._entries)})")
             records = build_records(entries, self._tracers.labels(), self._tracers.stats(),
-                                    self.columns, shown, self._raised)
+                                    self.columns, shown, self._raised,
+                                    self._tracers.call_stats())
             return postmortem.attach(records, self._postmortem)
 
     def _untraced_notes(self, entries: list[FunctionEntry],
@@ -300,21 +301,25 @@ class LineProfiler:
         one place a profile learns them (reports and saved files read these)."""
         return {c: sources.field_meaning(c) for c in self.columns}
 
-    def display(self, func: Any = None, columns: ColumnsArg = None) -> ProfileDisplay:
+    def display(self, func: Any = None, columns: ColumnsArg = None,
+                by_call: bool = False) -> ProfileDisplay:
         """A table of ``func`` (a function, a qualname, a list of them; None: all)
-        that renders as HTML in notebooks and as text with ``print``/``repr``."""
+        that renders as HTML in notebooks and as text with ``print``/``repr``.
+        ``by_call``: each device's figures of the first call and of the later
+        calls side by side."""
         records = self.stats(func, columns)
         with self._lock:
             notes = self._untraced_notes(self._selected(func), records)
         return ProfileDisplay(Profile(records, list(self.columns), self.devices, notes=notes,
-                                      meanings=self._meanings()))
+                                      meanings=self._meanings()), by_call)
 
     def print_stats(self, func: Any = None, columns: ColumnsArg = None,
-                    stream: Optional[IO[str]] = None) -> None:
+                    stream: Optional[IO[str]] = None, by_call: bool = False) -> None:
         """Write the text table to ``stream`` (default: sys.stdout), then a
-        blank line so that tables printed one after another stay apart."""
+        blank line so that tables printed one after another stay apart.
+        ``by_call``: the first call's figures and the later calls' side by side."""
         out = stream if stream is not None else sys.stdout
-        out.write(repr(self.display(func, columns)) + "\n")
+        out.write(repr(self.display(func, columns, by_call)) + "\n")
         out.flush()
 
     # ---- export ------------------------------------------------------------------

@@ -7,8 +7,8 @@ from __future__ import annotations
 import types
 from typing import Optional, Sequence
 
-from ..records.model import FunctionRecord, LineRecord
-from .tracers import LineTable, TracerStats
+from ..records.model import GROWTH, FunctionRecord, LineRecord
+from .tracers import CallStats, CallTable, Figures, LineTable, TracerStats
 from .functions import FunctionEntry
 from .source_text import source_lines
 
@@ -17,36 +17,55 @@ from .source_text import source_lines
 Raised = dict[int, dict[int, str]]
 
 
-def _lines(code: types.CodeType, table: LineTable,
+def _part(figures: Optional[Figures], position: dict[str, int]) -> dict[str, Optional[int]]:
+    """One call group of a line: {each column, "net_growth", "count"}."""
+    part: dict[str, Optional[int]] = {
+        name: figures[2][index] if figures else None for name, index in position.items()}
+    part[GROWTH] = figures[1] if figures else None
+    part["count"] = figures[0] if figures else 0
+    return part
+
+
+def _lines(code: types.CodeType, table: LineTable, calls: CallTable,
            recorded: Sequence[str], shown: Sequence[str],
            raised: dict[int, str]) -> list[LineRecord]:
     position = {name: recorded.index(name) for name in shown}
+    n_calls, first_kept, per_call = calls
     rows: list[LineRecord] = []
     for lineno, text in source_lines(code, list(table) + list(raised)):
-        figures: Optional[tuple[int, int, tuple[int, ...]]] = table.get(lineno)
+        figures: Optional[Figures] = table.get(lineno)
+        first, later, least = per_call.get(lineno, (None, None, None))
         rows.append(LineRecord(
             lineno, text, figures[0] if figures else 0, figures[1] if figures else None,
             {name: figures[2][position[name]] if figures else None for name in shown},
-            raised.get(lineno)))
+            raised.get(lineno),
+            first_call=_part(first, position) if first_kept else None,
+            later_calls=_part(later, position) if first_kept else None,
+            growth_per_call=max(least, 0) if least is not None and figures else None))
     return rows
 
 
 def build_records(entries: Sequence[FunctionEntry], labels: Sequence[str],
                   per_device: Sequence[TracerStats], recorded: Sequence[str],
-                  shown: Sequence[str], raised: Raised) -> list[FunctionRecord]:
+                  shown: Sequence[str], raised: Raised,
+                  per_call: Sequence[CallStats] = ()) -> list[FunctionRecord]:
     """Records for every code object of ``entries``: the current one always,
     earlier ones (before ``__code__`` was replaced) only if they have figures."""
     records: list[FunctionRecord] = []
     # by identity: look-alike code objects compare equal (see TracerStats)
     by_code = [{id(code): lines for code, lines in stats} for stats in per_device]
+    calls_by_code = [{id(code): calls for code, calls in stats} for stats in per_call]
+    none: CallTable = (0, False, {})
     for entry in entries:
         for code in entry.codes:
             tables = [found.get(id(code), {}) for found in by_code]
+            calls = [found.get(id(code), none) for found in calls_by_code] or [none] * len(tables)
             current = code is entry.current_code
             if not current and not any(tables) and id(code) not in raised:
                 continue
-            for device, table in zip(labels, tables):
+            for device, table, called in zip(labels, tables, calls):
                 records.append(FunctionRecord(
                     entry.qualname, code.co_filename, code.co_firstlineno, device, list(shown),
-                    _lines(code, table, recorded, shown, raised.get(id(code), {}))))
+                    _lines(code, table, called, recorded, shown, raised.get(id(code), {})),
+                    calls=called[0] if called[0] else None))
     return records

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import types
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
@@ -15,6 +15,12 @@ from ..common.devices import DeviceSlot, current_target, label
 # compare equal, so a tracer's tables are told apart by identity, not by key
 LineTable = dict[int, tuple[int, int, tuple[int, ...]]]
 TracerStats = list[tuple[types.CodeType, LineTable]]
+# Per outermost call (native Tracer.call_stats): (calls, first kept, {lineno: (first,
+# later, least growth of one later call or None before the third call)})
+Figures = tuple[int, int, tuple[int, ...]]
+CallTable = tuple[int, bool,
+                  dict[int, tuple[Optional[Figures], Optional[Figures], Optional[int]]]]
+CallStats = list[tuple[types.CodeType, CallTable]]
 
 
 class TracerSet:
@@ -69,9 +75,9 @@ class TracerSet:
         for tracer in self.tracers:
             tracer.disable()
 
-    def clear(self) -> None:
+    def clear(self, keep_calls: bool = False) -> None:
         for tracer in self.tracers:
-            tracer.clear()
+            tracer.clear(keep_calls=keep_calls)
 
     def retarget(self, index: int) -> None:
         """The target GPU moved: following tracers read ``index`` from now on."""
@@ -81,3 +87,6 @@ class TracerSet:
 
     def stats(self) -> list[TracerStats]:
         return [tracer.stats() for tracer in self.tracers]
+
+    def call_stats(self) -> list[CallStats]:
+        return [tracer.call_stats() for tracer in self.tracers]

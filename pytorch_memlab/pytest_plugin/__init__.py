@@ -31,6 +31,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--memlab-missing-cuda", choices=("skip", "fail"), default=None,
                     help="a test whose memlab marker names a CUDA device that is not "
                          "there is skipped (default) or fails; overrides the ini option")
+    group.addoption("--memlab-save", metavar="FILE", default=None,
+                    help="write every profiled test's peak and table to FILE (JSON; "
+                         "implies --memlab)")
+    group.addoption("--memlab-compare", metavar="FILE", default=None,
+                    help="compare each test's peak with FILE (from --memlab-save; implies "
+                         "--memlab); see --memlab-fail-on-increase")
+    group.addoption("--memlab-fail-on-increase", metavar="SIZE|PCT", default=None,
+                    help="with --memlab-compare: fail a test whose peak grew by more than "
+                         "this (e.g. 16MiB or 5%%)")
     parser.addini("memlab_missing_cuda", default="skip",
                   help="skip (default) or fail: a test whose memlab marker names a "
                        "CUDA device that is not there")
@@ -45,7 +54,8 @@ def _activate(config: pytest.Config) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for doc in MARKERS.values():
         config.addinivalue_line("markers", doc)
-    if config.getoption("memlab") or config.getoption("memlab_html"):
+    if config.getoption("memlab") or config.getoption("memlab_html") \
+            or config.getoption("memlab_save") or config.getoption("memlab_compare"):
         _activate(config)
 
 

@@ -98,5 +98,23 @@ def growth_failure(request: Request, result: DeviceResult) -> str:
     if partly:
         head += ("\nlines that grew by more than is still alive (so partly freed since, "
                  "e.g. locals freed when the test returned):\n" + "\n".join(partly))
+    every = _every_call_lines(result.test_records + result.callee_records)
+    if every:
+        head += ("\nlines that grew in every call after the first (least growth of one "
+                 "call):\n" + "\n".join(every))
     tables = [marked_table(r, {}) for r in result.test_records + result.callee_records]
     return head + "\n\n" + "\n".join(tables)
+
+
+def _every_call_lines(records: Sequence[FunctionRecord]) -> list[str]:
+    """Lines of functions called 3 or more times whose growth per call is positive."""
+    from ..reports.calls import growing_lines
+    found = []
+    for record in records:
+        where = os.path.basename(record.filename)
+        for line in growing_lines(record):
+            found.append((line.growth_per_call or 0,
+                          f"  {where}:{line.lineno} ({record.qualname}, {record.calls} calls)  "
+                          f"+{readable_size(line.growth_per_call or 0)} per call  "
+                          f"{line.code.strip()}"))
+    return [text for _, text in sorted(found, key=lambda pair: -pair[0])]

@@ -52,7 +52,11 @@ class MemlabRuntime:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.html_dir: Optional[str] = config.getoption("memlab_html")
-        self.profile_all = bool(config.getoption("memlab") or self.html_dir)
+        self.save_path: Optional[str] = config.getoption("memlab_save")
+        self.compare_path: Optional[str] = config.getoption("memlab_compare")
+        self.profile_all = bool(config.getoption("memlab") or self.html_dir or self.save_path
+                                or self.compare_path)
+        self._gate_setup(config)
         missing = _torch_missing() if self.profile_all else None
         if missing is not None:
             raise pytest.UsageError(f"--memlab measures tensor memory, which needs torch: "
@@ -74,6 +78,19 @@ class MemlabRuntime:
                 raise pytest.UsageError(f"--memlab-device={self.device} but CUDA is not available")
         if self.html_dir:
             os.makedirs(self.html_dir, exist_ok=True)
+
+    def _gate_setup(self, config: pytest.Config) -> None:
+        from ._gate import parse_increase, read_baseline
+        text = config.getoption("memlab_fail_on_increase")
+        self.increase_text: str = text or ""
+        self.increase = parse_increase(text)
+        if self.compare_path and self.increase is None:
+            raise pytest.UsageError("--memlab-compare needs --memlab-fail-on-increase SIZE|PCT "
+                                    "(e.g. 16MiB or 5%)")
+        if self.increase is not None and not self.compare_path:
+            raise pytest.UsageError("--memlab-fail-on-increase needs --memlab-compare FILE")
+        self.baseline = read_baseline(self.compare_path) if self.compare_path else {}
+        self.saved: dict[str, Any] = {}
 
     # ---- before the test --------------------------------------------------------
 
@@ -161,6 +178,9 @@ class MemlabRuntime:
             if request.kind == "profile":
                 item.user_properties.append((PEAK_PROPERTY, (device, result.peak)))
                 self._keep(result.peak, item.nodeid, measured)
+                failure = self._gate(item, device, result.peak, measured, failed)
+                if failure:
+                    failures.append(failure)
             elif failed:
                 continue
             elif request.kind == LIMIT and result.peak > request.size:
@@ -170,6 +190,19 @@ class MemlabRuntime:
         if (failed or failures) and self.html_dir:
             self._write_html(item.nodeid, measured.to_dict())
         return failures
+
+    def _gate(self, item: pytest.Function, device: str, peak: int, measured: Measured,
+              failed: bool) -> Optional[str]:
+        if not (self.save_path or self.compare_path):
+            return None
+        from ._gate import DOC_PROPERTY, increase_failure
+        doc = measured.to_dict()
+        if self.save_path:
+            item.user_properties.append((DOC_PROPERTY, doc))
+        old = self.baseline.get(item.nodeid)
+        if failed or old is None or self.increase is None:
+            return None
+        return increase_failure(item.nodeid, old, peak, doc, self.increase, self.increase_text)
 
     # ---- the tests with the highest peaks ---------------------------------------
 
@@ -198,6 +231,9 @@ class MemlabRuntime:
             if name == PEAK_PROPERTY:
                 pair: Any = value               # (device, bytes), as _after appended
                 self.peaks[report.nodeid] = (int(pair[1]), str(pair[0]))
+            elif name == "memlab_profile" and report.nodeid in self.peaks:
+                peak, device = self.peaks[report.nodeid]
+                self.saved[report.nodeid] = {"peak": peak, "device": device, "profile": value}
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
@@ -212,6 +248,9 @@ class MemlabRuntime:
         return [(nodeid, peak, device) for peak, nodeid, device in rows]
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.save_path and not self.is_worker:
+            from ._gate import write_saved
+            write_saved(self.save_path, self.saved)
         if not self.html_dir:
             return
         if self.is_worker:
@@ -237,3 +276,11 @@ class MemlabRuntime:
             terminalreporter.write_line(f"{readable_size(peak):>9}  {device:<7} {nodeid}")
         if self.html_dir:
             terminalreporter.write_line(f"HTML reports of failed and top tests in {self.html_dir}")
+        if self.compare_path:
+            absent = sorted(n for n in self.peaks if n not in self.baseline)
+            for nodeid in absent:
+                terminalreporter.write_line(f"memlab: {nodeid} is not in {self.compare_path}: "
+                                            "passed without a comparison")
+        if self.save_path:
+            terminalreporter.write_line(f"memlab: wrote {len(self.saved)} test peaks to "
+                                        f"{self.save_path}")

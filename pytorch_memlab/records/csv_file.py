@@ -1,6 +1,10 @@
 """The CSV file: one row per source line of every function and device, with
 the header ``qualname, filename, first_line, device, lineno, count,
-net_growth, <columns...>, raised, code``; an empty cell is a null.  It has no
+net_growth, <columns...>, <figures per call...>, raised, code``; an empty cell
+is a null.  The figures per call (since schema version 3; ``call_header``) are
+the function's ``calls``, the line's ``growth_per_call``, then
+``first_call.<key>`` and ``later_calls.<key>`` for count, net_growth and each
+column; a file without them loads as not having recorded them.  It has no
 versions or timeline, and no slot for what each column measures: reading one
 derives the columns' kinds and units from their names by torch's naming rule
 (``records.meanings``), as for a JSON file of schema version 1.
@@ -22,15 +26,36 @@ from .model import GROWTH, FunctionRecord, LineRecord, Profile
 _NUMBERS = ("lineno", "count", GROWTH)
 
 
+# Figures per call (schema version 3), after the columns: the function's
+# calls, the line's growth_per_call, then first_call.<key> and later_calls.<key>
+# for count, net_growth and each column; all empty where not recorded.
+_PARTS = ("first_call", "later_calls")
+
+
+def call_header(columns: Sequence[str]) -> list[str]:
+    keys = ["count", GROWTH] + list(columns)
+    return ["calls", "growth_per_call"] + [f"{part}.{k}" for part in _PARTS for k in keys]
+
+
 def header(columns: Sequence[str]) -> list[str]:
-    return list(RECORD_KEYS) + list(_NUMBERS) + list(columns) + ["raised", "code"]
+    return (list(RECORD_KEYS) + list(_NUMBERS) + list(columns) + call_header(columns)
+            + ["raised", "code"])
+
+
+def _call_cells(record: FunctionRecord, line: LineRecord, columns: Sequence[str]) -> list[Any]:
+    keys = ["count", GROWTH] + list(columns)
+    cells: list[Any] = [record.calls, line.growth_per_call]
+    for part in (line.first_call, line.later_calls):
+        cells += [part.get(k) if part is not None else None for k in keys]
+    return cells
 
 
 def row_values(record: FunctionRecord, line: LineRecord, columns: Sequence[str]) -> list[Any]:
     """A line's cells under ``header(columns)``, None for an empty one."""
     return ([record.qualname, record.filename, record.first_line, record.device,
              line.lineno, line.count, line.net_growth]
-            + [line.figures.get(c) for c in columns] + [line.raised, line.code])
+            + [line.figures.get(c) for c in columns] + _call_cells(record, line, columns)
+            + [line.raised, line.code])
 
 
 END = "#end"                      # the first cell of the last row
@@ -75,6 +100,13 @@ def _number(text: str, name: str, where: str, row: int) -> Optional[int]:
                          "or an empty cell") from None
 
 
+def _part(keys: Sequence[str], cells: Sequence[Optional[int]]) -> dict[str, Optional[int]]:
+    part = dict(zip(keys, cells))
+    part = {**{k: v for k, v in part.items() if k not in ("count", GROWTH)},
+            GROWTH: part[GROWTH], "count": part["count"] or 0}
+    return part
+
+
 def loads(text: str, where: str) -> Profile:
     """The profile a CSV text holds; ValueError naming ``where`` and the row."""
     reader = csv.reader(io.StringIO(text, newline=""))
@@ -90,6 +122,12 @@ def loads(text: str, where: str) -> Profile:
                          + ", ".join(header(["<columns...>"])))
     names = head[len(RECORD_KEYS):-2]
     columns = names[len(_NUMBERS):]
+    if "calls" in columns:        # schema version 3: the figures per call follow
+        columns = columns[:columns.index("calls")]
+        if names[len(_NUMBERS) + len(columns):] != call_header(columns):
+            raise ValueError(f"{where} is not a pytorch_memlab CSV profile: after the columns "
+                             "the header should be " + ", ".join(call_header(columns)))
+    per_call = len(names) > len(_NUMBERS) + len(columns)
     functions: list[FunctionRecord] = []
     devices: list[str] = []
     try:
@@ -110,13 +148,21 @@ def loads(text: str, where: str) -> Profile:
         if lineno is None or count is None:
             raise ValueError(f"{where}, row {number}: lineno and count must be integers")
         key = (filename, first_line, qualname)
+        figures = values[3:3 + len(columns)]
+        calls_cells = values[3 + len(columns):]
+        calls = calls_cells[0] if per_call else None
         if not functions or functions[-1].key != key or functions[-1].device != device:
             functions.append(FunctionRecord(qualname, filename, first_line, device,
-                                            list(columns), []))
+                                            list(columns), [], calls=calls))
             if device not in devices:
                 devices.append(device)
-        functions[-1].lines.append(LineRecord(lineno, row[-1], count, values[2],
-                                              dict(zip(columns, values[3:])),
-                                              row[-2] or None))
+        line = LineRecord(lineno, row[-1], count, values[2], dict(zip(columns, figures)),
+                          row[-2] or None)
+        if per_call and calls is not None:
+            part_keys = ["count", GROWTH] + list(columns)
+            line.growth_per_call = calls_cells[1]
+            line.first_call = _part(part_keys, calls_cells[2:2 + len(part_keys)])
+            line.later_calls = _part(part_keys, calls_cells[2 + len(part_keys):])
+        functions[-1].lines.append(line)
     return Profile(functions, list(columns), devices, schema_version=SCHEMA_VERSION,
                    meanings=meanings_of(columns))

@@ -1,10 +1,10 @@
 """A profile as the JSON document ``LineProfiler.save`` writes, and back.
 
-Schema version 2 (``SCHEMA_VERSION``)::
+Schema version 3 (``SCHEMA_VERSION``)::
 
     {
       "format": "pytorch_memlab.line_profile",
-      "schema_version": 2,
+      "schema_version": 3,
       "pytorch_memlab_version": "1.0.0",
       "torch_version": "2.13.0+cpu",
       "python_version": "3.11.9",
@@ -55,6 +55,15 @@ load, from each column's name by torch's naming rule
 (``records.meanings.torch_meaning``), which is what version 1 meant; so is a
 column a version 2 file leaves out.  The CSV has no slot for them and is
 read the same way.
+
+Figures per call (new in version 3), once a call of the function ended: the
+function record has ``"calls"`` (the outermost calls it ran in) and each line
+``"first_call"`` and ``"later_calls"``, the figures of the first call alone
+and of the calls after it (``{<each column>, "net_growth", "count"}``, null
+figures where the line did not run in them); after 3 or more calls a line that
+ran has ``"growth_per_call"``: the least net growth of one call after the
+first when it grew in each of them, else 0.  Older files have none of these
+keys, and read as not recorded.
 """
 from __future__ import annotations
 
@@ -65,7 +74,7 @@ from .model import (GROWTH, VERSION_KEYS, FunctionRecord, LineRecord, Profile,
                     TimelineRow)
 
 FORMAT = "pytorch_memlab.line_profile"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 RECORD_KEYS = ("qualname", "filename", "first_line", "device")
 _LINE_KEYS = ("lineno", "code", "count", GROWTH, "raised")
 _KNOWN = {"format", "schema_version", "created", "devices", "columns", "column_meanings",
@@ -148,7 +157,28 @@ class _Reader:
             net_growth=self.typed(obj, GROWTH, int, place, "an integer or null", optional=True),
             figures=figures,
             raised=self.typed(obj, "raised", str, place, "a string or null", optional=True)
-            if "raised" in obj else None)
+            if "raised" in obj else None,
+            first_call=self.calls_part(obj, "first_call", columns, place),
+            later_calls=self.calls_part(obj, "later_calls", columns, place),
+            growth_per_call=self.typed(obj, "growth_per_call", int, place,
+                                       "an integer or null", optional=True)
+            if "growth_per_call" in obj else None)
+
+    def calls_part(self, obj: dict[str, Any], key: str, columns: Sequence[str],
+                   place: str) -> Optional[dict[str, Optional[int]]]:
+        """A line's "first_call" / "later_calls": {columns, net_growth, count}."""
+        part = obj.get(key)
+        if part is None:
+            return None
+        where = f"{place}.{key}"
+        if not isinstance(part, dict):
+            raise self.fail(where, f"it is {_show(part)}; expected an object")
+        out: dict[str, Optional[int]] = {
+            c: self.typed(part, c, int, where, "an integer or null", optional=True)
+            for c in columns if c in part}
+        out[GROWTH] = self.typed(part, GROWTH, int, where, "an integer or null", optional=True)
+        out["count"] = self.typed(part, "count", int, where, "an integer")
+        return out
 
     def function(self, obj: Any, place: str) -> FunctionRecord:
         if not isinstance(obj, dict):
@@ -166,7 +196,9 @@ class _Reader:
             columns=columns,
             lines=[self.line(line, columns, f"{place}.lines[{i}]")
                    for i, line in enumerate(lines)],
-            postmortem=postmortem)
+            postmortem=postmortem,
+            calls=self.typed(obj, "calls", int, place, "an integer or null", optional=True)
+            if "calls" in obj else None)
 
     def meanings(self, obj: Any) -> dict[str, Field]:
         if not isinstance(obj, dict):

@@ -17,6 +17,8 @@ from .meanings import Field, torch_meaning
 
 # Net growth of active bytes: always recorded, shown after the chosen columns.
 GROWTH = "net_growth"
+# A line's figures per call (schema version 3), present once known.
+CALL_KEYS = ("first_call", "later_calls", "growth_per_call")
 
 
 class _ReadsAsDict(Mapping[str, Any]):
@@ -53,6 +55,13 @@ class LineRecord(_ReadsAsDict):
     net_growth: Optional[int] = None  # summed change of active bytes; None: never ran
     figures: dict[str, Optional[int]] = field(default_factory=dict)   # column -> figure
     raised: Optional[str] = None      # the exception that left the function here
+    # The first outermost call alone, and the calls after it ({each column,
+    # "net_growth", "count"}), once a call ended; None: not recorded.
+    first_call: Optional[dict[str, Optional[int]]] = None
+    later_calls: Optional[dict[str, Optional[int]]] = None
+    # After 3 or more calls, a line that ran: the least net growth of one call
+    # after the first when every one of them grew, else 0.  None: not known.
+    growth_per_call: Optional[int] = None
 
     @property
     def ran(self) -> bool:
@@ -63,7 +72,8 @@ class LineRecord(_ReadsAsDict):
         return self.net_growth if column == GROWTH else self.figures.get(column)
 
     def _keys(self) -> tuple[str, ...]:
-        return ("lineno", "code", "count", GROWTH, *self.figures, "raised")
+        extra = tuple(k for k in CALL_KEYS if getattr(self, k) is not None)
+        return ("lineno", "code", "count", GROWTH, *self.figures, "raised") + extra
 
     def _value(self, key: str) -> Any:
         if key in self.figures:
@@ -72,11 +82,21 @@ class LineRecord(_ReadsAsDict):
 
     def project(self, columns: Sequence[str]) -> LineRecord:
         """The same line with only ``columns`` (a missing one reads None)."""
+        def part(calls: Optional[dict[str, Optional[int]]]) -> Optional[dict[str, Optional[int]]]:
+            if calls is None:
+                return None
+            return {**{name: calls.get(name) for name in columns},
+                    GROWTH: calls.get(GROWTH), "count": calls.get("count")}
         return LineRecord(self.lineno, self.code, self.count, self.net_growth,
-                          {name: self.figures.get(name) for name in columns}, self.raised)
+                          {name: self.figures.get(name) for name in columns}, self.raised,
+                          part(self.first_call), part(self.later_calls), self.growth_per_call)
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.items())
+        data = dict(self.items())
+        for key in ("first_call", "later_calls"):
+            if key in data:
+                data[key] = dict(data[key])
+        return data
 
 
 @dataclass(eq=False, repr=False)
@@ -90,6 +110,7 @@ class FunctionRecord(_ReadsAsDict):
     columns: list[str]                # the figures each line has, in order
     lines: list[LineRecord]
     postmortem: Optional[dict[str, Any]] = None   # where an out-of-memory error escaped
+    calls: Optional[int] = None       # outermost calls it ran in; None: not recorded
 
     @property
     def ran(self) -> bool:
@@ -101,14 +122,16 @@ class FunctionRecord(_ReadsAsDict):
         return (self.filename, self.first_line, self.qualname)
 
     def _keys(self) -> tuple[str, ...]:
-        keys = ("qualname", "filename", "first_line", "device", "columns", "lines")
-        return keys + ("postmortem",) if self.postmortem is not None else keys
+        keys: tuple[str, ...] = ("qualname", "filename", "first_line", "device", "columns",
+                                 "lines")
+        keys += ("postmortem",) if self.postmortem is not None else ()
+        return keys + ("calls",) if self.calls is not None else keys
 
     def project(self, columns: Sequence[str]) -> FunctionRecord:
         """The same function with only ``columns``."""
         return FunctionRecord(self.qualname, self.filename, self.first_line, self.device,
                               list(columns), [line.project(columns) for line in self.lines],
-                              self.postmortem)
+                              self.postmortem, self.calls)
 
     def to_dict(self) -> dict[str, Any]:
         data = dict(self.items())

@@ -96,14 +96,15 @@ class SavedProfile:
             raise ValueError(f"{func!r} is not a function of this profile (saved: {names})")
         return [r.project(shown) for r in records]
 
-    def display(self, func: Any = None, columns: Any = None) -> "ProfileDisplay":
+    def display(self, func: Any = None, columns: Any = None,
+                by_call: bool = False) -> "ProfileDisplay":
         from ..reports.display import ProfileDisplay
-        return ProfileDisplay(self.profile.select(self.stats(func, columns)))
+        return ProfileDisplay(self.profile.select(self.stats(func, columns)), by_call)
 
     def print_stats(self, func: Any = None, columns: Any = None,
-                    stream: Optional[IO[str]] = None) -> None:
+                    stream: Optional[IO[str]] = None, by_call: bool = False) -> None:
         out = stream if stream is not None else sys.stdout
-        out.write(repr(self.display(func, columns)) + "\n")
+        out.write(repr(self.display(func, columns, by_call)) + "\n")
         out.flush()
 
     def __repr__(self) -> str:

@@ -19,10 +19,10 @@ def untraced_note(qualname: str, calls: int, compiled: bool) -> str:
 
 
 class ProfileDisplay:
-    def __init__(self, profile: Profile) -> None:
+    def __init__(self, profile: Profile, by_call: bool = False) -> None:
         self.profile = profile
-        self.text: Reporter[Profile] = reporter_for("text")
-        self.notebook: Reporter[Profile] = reporter_for("notebook")
+        self.text: Reporter[Profile] = reporter_for("text", by_call=by_call)
+        self.notebook: Reporter[Profile] = reporter_for("notebook", by_call=by_call)
 
     @property
     def records(self) -> list:   # type: ignore[type-arg]

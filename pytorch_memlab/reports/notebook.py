@@ -57,7 +57,7 @@ def _section(section: Table) -> str:
 
 class _NotebookStyle:
     def section(self, table: Table) -> str:
-        return _section(table)
+        return _section(table) + "".join(f"<p>{html.escape(n)}</p>" for n in table.notes)
 
     def note(self, text: str) -> str:
         return f"<p>{html.escape(text)}</p>"
@@ -65,9 +65,12 @@ class _NotebookStyle:
 
 class NotebookReport:
     """What a notebook shows for ``display()`` (``_repr_html_``; a
-    ``Reporter[Profile]``)."""
+    ``Reporter[Profile]``); ``by_call``: first call and later calls apart."""
+
+    def __init__(self, by_call: bool = False) -> None:
+        self.by_call = by_call
 
     def render(self, profile: Profile) -> str:
-        parts = render_sections(profile, _NotebookStyle())
+        parts = render_sections(profile, _NotebookStyle(), self.by_call)
         return ('<div class="pytorch-memlab">' + "\n".join(parts) + "</div>"
                 + "".join(f"<p>{html.escape(note)}</p>" for note in profile.notes))

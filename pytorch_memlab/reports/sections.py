@@ -4,11 +4,12 @@ and bar scales worked out once, as a ``Table`` a format only styles (text,
 notebook and HTML reports; the rank table builds its ``Table`` from ranks)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol, Sequence
 
 from ..common.sizes import readable_size
 from ..records.model import GROWTH, FunctionRecord, LineRecord, Profile
+from .calls import COUNT, PARTS, first_call_note, grows_note, part_figure
 from .postmortem_text import format_postmortem
 
 GROWTH_TITLE = ("active_bytes", "net growth")
@@ -145,22 +146,41 @@ class Table:
     columns: list[str]      # the columns of each group, growth last
     rows: list[Row]
     postmortem: Optional[str] = None   # the formatted post-mortem, if any
+    notes: list[str] = field(default_factory=list)   # under the table (first call apart)
 
 
-def _table(section: Section, profile: Profile, full: dict[tuple[str, str], int]) -> Table:
-    columns = section.columns
-    units = [profile.unit(c) for c in columns]
+def _by_call_figures(section: Section, lines: Sequence[LineRecord], columns: Sequence[str],
+                     units: Sequence[str]) -> list[Figure]:
+    """A line's cells in the groups "<device>, first call" and "<device>, later calls"."""
+    return [Figure(f"{device}, {label}", column, c, part_figure(line, part, column),
+                   cell(part_figure(line, part, column), units[c]))
+            for device, line in zip(section.devices, lines)
+            for label, part in PARTS
+            for c, column in enumerate(columns)]
+
+
+def _table(section: Section, profile: Profile, full: dict[tuple[str, str], int],
+           by_call: bool = False) -> Table:
+    columns = section.columns + ([COUNT] if by_call else [])
+    units = ["count" if c == COUNT else profile.unit(c) for c in columns]
+    groups = ([f"{device}, {label}" for device in section.devices for label, _ in PARTS]
+              if by_call else section.devices)
     rows = []
     for first, lines in section.rows():
-        figures = [Figure(device, column, c, line.figure(column),
-                          cell(line.figure(column), units[c]), full.get((device, column), 0))
-                   for device, line in zip(section.devices, lines)
-                   for c, column in enumerate(columns)]
-        rows.append(Row(first.lineno, first.code, count_cell(first),
-                        raised_note(first.raised), first.ran, figures))
+        if by_call:
+            figures = _by_call_figures(section, lines, columns, units)
+        else:
+            figures = [Figure(device, column, c, line.figure(column),
+                              cell(line.figure(column), units[c]), full.get((device, column), 0))
+                       for device, line in zip(section.devices, lines)
+                       for c, column in enumerate(columns)]
+        note = "   ".join(n for n in (raised_note(first.raised), grows_note(lines)) if n)
+        rows.append(Row(first.lineno, first.code, count_cell(first), note, first.ran, figures))
     pm = section.postmortem
-    return Table(section.qualname, section.filename, section.first_line, section.devices,
-                 columns, rows, None if pm is None else format_postmortem(pm, section.qualname))
+    notes = [] if by_call else [n for n in map(first_call_note, section.records) if n]
+    return Table(section.qualname, section.filename, section.first_line, groups,
+                 columns, rows, None if pm is None else format_postmortem(pm, section.qualname),
+                 notes)
 
 
 class Style(Protocol):
@@ -171,12 +191,13 @@ class Style(Protocol):
     def note(self, text: str) -> str: ...
 
 
-def render_sections(profile: Profile, style: Style) -> list[str]:
+def render_sections(profile: Profile, style: Style, by_call: bool = False) -> list[str]:
     """The one section renderer: each function that ran as ``style`` shows it,
-    then the note on those that did not (or on there being none)."""
+    then the note on those that did not (or on there being none).  ``by_call``:
+    each device's columns twice, for the first call and for the later ones."""
     shown, idle = sections(profile.functions)
     full = scales(shown)
-    parts = [style.section(_table(s, profile, full)) for s in shown]
+    parts = [style.section(_table(s, profile, full, by_call)) for s in shown]
     note = idle_note(idle, bool(shown))
     if note:
         parts.append(style.note(note))

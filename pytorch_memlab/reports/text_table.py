@@ -54,6 +54,8 @@ def section_text(section: Table) -> str:
     out = table(section.groups, section.columns, cells, [row.count for row in section.rows],
                 [row.lineno for row in section.rows], code)
     text = f"## {section.qualname}\n\n" + "\n".join(out) + "\n"
+    for note in section.notes:
+        text += "\n" + note + "\n"
     if section.postmortem is not None:
         text += "\n" + section.postmortem + "\n"
     return text
@@ -68,10 +70,14 @@ class _TextStyle:
 
 
 class TextReport:
-    """What ``print_stats`` and ``repr`` show (a ``Reporter[Profile]``)."""
+    """What ``print_stats`` and ``repr`` show (a ``Reporter[Profile]``);
+    ``by_call``: first call and later calls side by side."""
+
+    def __init__(self, by_call: bool = False) -> None:
+        self.by_call = by_call
 
     def render(self, profile: Profile) -> str:
-        text = "\n\n".join(render_sections(profile, _TextStyle()))
+        text = "\n\n".join(render_sections(profile, _TextStyle(), self.by_call))
         for note in profile.notes:
             text += note + "\n"
         return text

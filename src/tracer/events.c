@@ -122,6 +122,24 @@ commit_line(TracerObject *t, ThreadStack *stack, int i, int64_t level, int next_
     f->start_level = level;
 }
 
+/* A thread's stack opened (its first profiled frame) or closed: a call
+ * ends when no stack is open (callfigures.h). */
+static void
+stack_opened(TracerObject *t, int64_t level)
+{
+    if (t->open_stacks++ == 0) {
+        callfigures_begin_call(&t->clock, &t->codes, level);
+    }
+}
+
+static void
+stack_closed(TracerObject *t)
+{
+    if (t->open_stacks > 0 && --t->open_stacks == 0) {
+        t->memory_errors += callfigures_end_call(&t->codes);
+    }
+}
+
 static Frame *
 push_frame(TracerObject *t, ThreadStack *stack, LineTable *table, int line,
            int64_t level)
@@ -130,6 +148,9 @@ push_frame(TracerObject *t, ThreadStack *stack, LineTable *table, int line,
     if (f == NULL) {
         t->memory_errors++;
         return NULL;
+    }
+    if (stack->depth == 1) {
+        stack_opened(t, level);
     }
     f->table = table;
     f->line = line;
@@ -232,6 +253,9 @@ tracer_on_leave(TracerObject *t, LineTable *table)
     }
     if (stack->depth == 0) {
         sampler_release(&t->sampler, stack->thread);
+        if (target >= 0) {
+            stack_closed(t);
+        }
     }
     end_event(stack);
 }
@@ -242,11 +266,15 @@ tracer_close_all_frames(TracerObject *t)
     for (int s = 0; s < t->threads.n; s++) {
         ThreadStack *stack = t->threads.records[s];
         int64_t level = 0;
-        int read_ok = stack->depth > 0 && fold_interval(t, stack, &level, 0) == 0;
+        int open = stack->depth > 0;
+        int read_ok = open && fold_interval(t, stack, &level, 0) == 0;
         while (stack->depth > 0) {
             int top = stack->depth - 1;
             commit_line(t, stack, top, read_ok ? level : stack->frames[top].start_level, -1);
             stack->depth--;
+        }
+        if (open) {
+            stack_closed(t);
         }
     }
 }

@@ -1,4 +1,5 @@
 #include "linetable.h"
+#include "callfigures.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +93,7 @@ linetable_free(LineTable *t)
         return;
     }
     Py_CLEAR(t->code);
+    callfigures_free(t->calls);
     linetable_release_arrays(t);
     free(t);
 }
@@ -152,27 +154,53 @@ linetable_commit(LineTable *t, int line, int counted, int64_t growth,
     t->hits[slot] += counted ? 1 : 0;
     t->growth[slot] = memlab_add_sat(t->growth[slot], growth);
     t->seen[slot] = 1;
+    t->commits++;
     return 0;
+}
+
+PyObject *
+linetable_figures(int64_t hits, int64_t growth, const int64_t *values, int n_columns)
+{
+    PyObject *tuple = PyTuple_New(n_columns);
+    if (tuple == NULL) {
+        return NULL;
+    }
+    for (int c = 0; c < n_columns; c++) {
+        PyObject *v = PyLong_FromLongLong(values[c]);
+        if (v == NULL) {
+            Py_DECREF(tuple);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(tuple, c, v);
+    }
+    return Py_BuildValue("(LLN)", (long long)hits, (long long)growth, tuple);
 }
 
 static PyObject *
 linetable_row(const LineTable *t, int slot)
 {
-    const int64_t *row = t->values + (size_t)slot * (size_t)t->n_columns;
-    PyObject *values = PyTuple_New(t->n_columns);
-    if (values == NULL) {
+    return linetable_figures(t->hits[slot], t->growth[slot],
+                             t->values + (size_t)slot * (size_t)t->n_columns, t->n_columns);
+}
+
+LineTable *
+linetable_take(LineTable *t)
+{
+    LineTable *moved = calloc(1, sizeof(LineTable));
+    if (moved == NULL) {
         return NULL;
     }
-    for (int c = 0; c < t->n_columns; c++) {
-        PyObject *v = PyLong_FromLongLong(row[c]);
-        if (v == NULL) {
-            Py_DECREF(values);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(values, c, v);
+    *moved = *t;
+    moved->code = NULL;
+    moved->calls = NULL;
+    if (linetable_alloc(t, t->first_line, t->n_slots) < 0) {
+        linetable_release_arrays(t);
+        t->hits = moved->hits; t->growth = moved->growth;
+        t->values = moved->values; t->seen = moved->seen;
+        free(moved);
+        return NULL;
     }
-    return Py_BuildValue("(LLN)", (long long)t->hits[slot],
-                         (long long)t->growth[slot], values);
+    return moved;
 }
 
 PyObject *

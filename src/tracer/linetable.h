@@ -45,6 +45,8 @@ typedef struct {
     int64_t *growth;       /* Owned. n_slots: summed (level at end - at start) */
     int64_t *values;       /* Owned. n_slots * n_columns, folded over executions */
     char *seen;            /* Owned. n_slots: 1 once the line committed anything */
+    int64_t commits;       /* commits ever: tells which calls ran a line */
+    struct CallFigures *calls;  /* Owned. per-call figures (callfigures.c), or NULL */
 } LineTable;
 
 /* Returns NULL with MemoryError set. */
@@ -59,5 +61,14 @@ int linetable_commit(LineTable *table, int line, int counted, int64_t growth,
 
 /* {lineno: (hits, growth, (values...))}; NULL with an exception set. */
 PyObject *linetable_to_dict(const LineTable *table);
+
+/* One line's (hits, growth, (values...)); NULL with an exception set. */
+PyObject *linetable_figures(int64_t hits, int64_t growth, const int64_t *values,
+                            int n_columns);
+
+/* A new table (no code, no per-call figures) holding this one's figures; this
+ * one is left empty over the same lines.  NULL when out of memory (no
+ * exception set; nothing changed). */
+LineTable *linetable_take(LineTable *table);
 
 #endif /* MEMLAB_LINETABLE_H */

@@ -3,6 +3,7 @@
 #ifndef MEMLAB_TRACER_H
 #define MEMLAB_TRACER_H
 
+#include "callfigures.h"
 #include "codemap.h"
 #include "sampler.h"
 #include "threadstack.h"
@@ -29,6 +30,9 @@ typedef struct TracerObject {
     Py_ssize_t sample_errors;      /* readings that failed (reported at stats()) */
     Py_ssize_t memory_errors;      /* commits lost to a failed allocation */
     int tool_id;                   /* sys.monitoring tool id, -1 when none */
+    int open_stacks;               /* threads with a profiled frame open: 0
+                                      between calls (callfigures.h) */
+    CallClock clock;               /* when the current call began */
     struct TracerObject *next_enabled;  /* Borrowed. the enabled-tracers list */
     PyObject *weakreflist;
 } TracerObject;

@@ -216,10 +216,24 @@ Tracer_set_device(TracerObject *self, PyObject *arg)
 }
 
 static PyObject *
-Tracer_clear(TracerObject *self, PyObject *unused)
+Tracer_clear(TracerObject *self, PyObject *args, PyObject *kwds)
 {
+    static char *kwlist[] = {"keep_calls", NULL};
+    int keep_calls = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p:clear", kwlist, &keep_calls)) {
+        return NULL;
+    }
     for (int i = 0; i < self->codes.n_tables; i++) {
         linetable_clear(self->codes.tables[i]);
+        if (keep_calls) {
+            callfigures_rotate(self->codes.tables[i]);
+        }
+        else {
+            callfigures_clear(self->codes.tables[i]);
+        }
+    }
+    if (!keep_calls) {
+        callfigures_clear_clock(&self->clock);
     }
     self->sample_errors = self->memory_errors = 0;
     Py_RETURN_NONE;
@@ -250,13 +264,33 @@ Tracer_stats(TracerObject *self, PyObject *unused)
     PyObject *result = PyList_New(0);
     for (int i = 0; result != NULL && i < self->codes.n_tables; i++) {
         LineTable *table = self->codes.tables[i];
-        PyObject *lines = linetable_to_dict(table);
+        PyObject *lines = callfigures_all_to_dict(table, self->sampler.folds);
         PyObject *pair = lines ? PyTuple_Pack(2, table->code, lines) : NULL;
         if (pair == NULL || PyList_Append(result, pair) < 0) {
             Py_CLEAR(result);
         }
         Py_XDECREF(pair);
         Py_XDECREF(lines);
+    }
+    return result;
+}
+
+static PyObject *
+Tracer_call_stats(TracerObject *self, PyObject *unused)
+{
+    if (!tracer_ready(self) || warn_lost(self) < 0) {
+        return NULL;
+    }
+    PyObject *result = PyList_New(0);
+    for (int i = 0; result != NULL && i < self->codes.n_tables; i++) {
+        LineTable *table = self->codes.tables[i];
+        PyObject *calls = callfigures_to_tuple(table);
+        PyObject *row = calls ? Py_BuildValue("(OO)", table->code, calls) : NULL;
+        if (row == NULL || PyList_Append(result, row) < 0) {
+            Py_CLEAR(result);
+        }
+        Py_XDECREF(row);
+        Py_XDECREF(calls);
     }
     return result;
 }
@@ -337,9 +371,13 @@ static PyMethodDef Tracer_methods[] = {
      "Commit open lines and remove every hook."},
     {"set_device", (PyCFunction)Tracer_set_device, METH_O,
      "Read another device from the next event on."},
-    {"clear", (PyCFunction)Tracer_clear, METH_NOARGS, "Forget the figures."},
+    {"clear", (PyCFunction)(void (*)(void))Tracer_clear, METH_VARARGS | METH_KEYWORDS,
+     "Forget the figures; keep_calls=True goes on counting calls (and each line's "
+     "least growth per call)."},
     {"stats", (PyCFunction)Tracer_stats, METH_NOARGS,
      "[(code, {line: (count, net_growth, values)}), ...] in registration order"},
+    {"call_stats", (PyCFunction)Tracer_call_stats, METH_NOARGS,
+     "[(code, (calls, {line: (first, later, least_growth)})), ...] in registration order"},
     {NULL, NULL, 0, NULL},
 };
 

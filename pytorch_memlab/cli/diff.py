@@ -1,0 +1,39 @@
+"""``python -m pytorch_memlab diff OLD NEW``: needs no torch."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .command import CommandError
+from .stdout import print_tables
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    from ..diffing import diff, exceeded, parse_threshold, render_html, render_text
+    threshold = None
+    try:
+        if args.fail_over is not None:
+            threshold = parse_threshold(args.fail_over, "--fail-over")
+        columns = [c.strip() for v in args.column or [] for c in v.split(",") if c.strip()]
+        result = diff(args.old, args.new, columns or None)
+    except (ValueError, TypeError) as exc:
+        raise CommandError(" ".join(str(exc).split())) from None
+    if args.output is not None:
+        if os.path.splitext(args.output)[1].lower() not in (".html", ".htm"):
+            raise CommandError(f"-o {args.output!r}: the file name must end in .html")
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(render_html(result))
+        except OSError as exc:
+            raise CommandError(f"could not write {args.output}: {exc}") from None
+        print(f"pytorch_memlab: wrote {args.output}", file=sys.stderr)
+    text = render_text(result)
+    print_tables(lambda: print(text, end=""))
+    if threshold is not None:
+        grown = exceeded(result, threshold)
+        for fd in grown:
+            print(f"pytorch_memlab diff: {fd.qualname} grew over --fail-over {args.fail_over}",
+                  file=sys.stderr)
+        return 1 if grown else 0
+    return 0

@@ -1,0 +1,339 @@
+/* Figures per outermost call: the first call kept apart, and per line the
+ * least growth of one later call (see callfigures.h). */
+#include "callfigures.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void
+release_growth(CallFigures *f)
+{
+    free(f->growth_before);
+    free(f->least_growth);
+    free(f->last_growth);
+    f->growth_before = f->least_growth = f->last_growth = NULL;
+    f->n_slots = 0;
+}
+
+void
+callfigures_free(CallFigures *f)
+{
+    if (f == NULL) {
+        return;
+    }
+    linetable_free(f->first);
+    release_growth(f);
+    free(f);
+}
+
+void
+callfigures_clear(LineTable *table)
+{
+    callfigures_free(table->calls);
+    table->calls = NULL;
+    table->commits = 0;
+}
+
+void
+callfigures_rotate(LineTable *table)
+{
+    CallFigures *f = table->calls;
+    table->commits = 0;
+    if (f == NULL) {
+        return;
+    }
+    linetable_free(f->first);
+    f->first = NULL;
+    f->commits_seen = 0;
+    if (f->growth_before != NULL) {
+        memset(f->growth_before, 0, (size_t)f->n_slots * sizeof(int64_t));
+    }
+}
+
+void
+callfigures_clear_clock(CallClock *clock)
+{
+    clock->started = 0;
+    clock->start_level = 0;
+}
+
+/* Lay the growth arrays over the table's lines (it widens when a line outside
+ * its span runs).  A slot new to them ran only in the call that just ended:
+ * nothing before it, and no growth in the calls before. */
+static int
+cover_table(CallFigures *f, const LineTable *t)
+{
+    if (f->growth_before != NULL && f->first_line == t->first_line
+        && f->n_slots == t->n_slots) {
+        return 0;
+    }
+    size_t n = (size_t)t->n_slots;
+    int64_t *before = calloc(n, sizeof(int64_t));
+    int64_t *least = calloc(n, sizeof(int64_t));
+    int64_t *last = calloc(n, sizeof(int64_t));
+    if (before == NULL || least == NULL || last == NULL) {
+        free(before);
+        free(least);
+        free(last);
+        return -1;
+    }
+    if (f->growth_before != NULL) {
+        /* the table only widens: the old span lies inside the new one */
+        size_t shift = (size_t)(f->first_line - t->first_line), old = (size_t)f->n_slots;
+        memcpy(before + shift, f->growth_before, old * sizeof(int64_t));
+        memcpy(least + shift, f->least_growth, old * sizeof(int64_t));
+        memcpy(last + shift, f->last_growth, old * sizeof(int64_t));
+    }
+    release_growth(f);
+    f->growth_before = before;
+    f->least_growth = least;
+    f->last_growth = last;
+    f->first_line = t->first_line;
+    f->n_slots = t->n_slots;
+    return 0;
+}
+
+/* One table's step at the end of a call it took part in. */
+static int
+table_end_call(LineTable *t)
+{
+    CallFigures *f = t->calls;
+    if (f == NULL) {
+        f = t->calls = calloc(1, sizeof(CallFigures));
+        if (f == NULL) {
+            return -1;
+        }
+    }
+    f->correct_last = 0;
+    if (t->commits == f->commits_seen) {
+        return 0;              /* none of its lines ran in this call */
+    }
+    f->commits_seen = t->commits;
+    if (f->calls == 0) {
+        /* The table held the first call alone: that is `first`, and the
+         * table goes on with the later calls.  (After a rotation calls is
+         * not 0: the table's next call is a later one.) */
+        f->first = linetable_take(t);
+        if (f->first == NULL) {
+            return -1;
+        }
+        f->calls = 1;
+        return 0;
+    }
+    if (cover_table(f, t) < 0) {
+        return -1;
+    }
+    f->calls++;
+    for (int s = 0; s < t->n_slots; s++) {
+        int64_t grown = memlab_sub_sat(t->growth[s], f->growth_before[s]);
+        f->growth_before[s] = t->growth[s];
+        f->last_growth[s] = grown;
+        if (f->calls == 2 || grown < f->least_growth[s]) {
+            f->least_growth[s] = grown;
+        }
+    }
+    f->correct_last = 1;
+    return 0;
+}
+
+void
+callfigures_begin_call(CallClock *clock, CodeMap *codes, int64_t level)
+{
+    if (clock->started) {
+        int64_t kept = memlab_sub_sat(level, clock->start_level);
+        for (int i = 0; i < codes->n_tables; i++) {
+            CallFigures *f = codes->tables[i]->calls;
+            if (f == NULL || !f->correct_last) {
+                continue;
+            }
+            f->correct_last = 0;
+            for (int s = 0; s < f->n_slots; s++) {
+                if (f->last_growth[s] > kept && kept < f->least_growth[s]) {
+                    f->least_growth[s] = kept;
+                }
+            }
+        }
+    }
+    clock->started = 1;
+    clock->start_level = level;
+}
+
+Py_ssize_t
+callfigures_end_call(CodeMap *codes)
+{
+    Py_ssize_t failed = 0;
+    for (int i = 0; i < codes->n_tables; i++) {
+        if (table_end_call(codes->tables[i]) < 0) {
+            failed++;
+        }
+    }
+    return failed;
+}
+
+/* Is `line` a line that ran in table `t` (NULL: none)?  Its slot in *slot. */
+static int
+ran(const LineTable *t, int line, int *slot)
+{
+    if (t == NULL || line < t->first_line || line >= t->first_line + t->n_slots) {
+        return 0;
+    }
+    *slot = line - t->first_line;
+    return t->seen[*slot];
+}
+
+static const int64_t *
+row_of(const LineTable *t, int slot)
+{
+    return t->values + (size_t)slot * (size_t)t->n_columns;
+}
+
+/* The span of lines the two tables cover. */
+static void
+span(const LineTable *a, const LineTable *b, int *lo, int *hi)
+{
+    *lo = a->first_line;
+    *hi = a->first_line + a->n_slots - 1;
+    if (b != NULL) {
+        if (b->first_line < *lo) *lo = b->first_line;
+        if (b->first_line + b->n_slots - 1 > *hi) *hi = b->first_line + b->n_slots - 1;
+    }
+}
+
+/* first and later folded together as more executions of the same line. */
+static PyObject *
+folded_row(const LineTable *first, int fs, const LineTable *later, int ls,
+           const memlab_fold *folds, int64_t *scratch)
+{
+    int n = later->n_columns;
+    const int64_t *a = row_of(first, fs), *b = row_of(later, ls);
+    for (int c = 0; c < n; c++) {
+        scratch[c] = folds[c] == FOLD_SUM ? memlab_add_sat(a[c], b[c])
+                                          : (a[c] > b[c] ? a[c] : b[c]);
+    }
+    return linetable_figures(first->hits[fs] + later->hits[ls],
+                             memlab_add_sat(first->growth[fs], later->growth[ls]),
+                             scratch, n);
+}
+
+PyObject *
+callfigures_all_to_dict(const LineTable *t, const memlab_fold *folds)
+{
+    const LineTable *first = t->calls != NULL ? t->calls->first : NULL;
+    if (first == NULL) {
+        return linetable_to_dict(t);
+    }
+    PyObject *result = NULL, *key = NULL, *row = NULL;
+    int64_t *scratch = calloc((size_t)(t->n_columns ? t->n_columns : 1), sizeof(int64_t));
+    int lo, hi;
+    if (scratch == NULL) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    result = PyDict_New();
+    if (result == NULL) {
+        goto error;
+    }
+    span(t, first, &lo, &hi);
+    for (int line = lo; line <= hi; line++) {
+        int fs = 0, ls = 0;
+        int in_first = ran(first, line, &fs), in_later = ran(t, line, &ls);
+        if (in_first && in_later) {
+            row = folded_row(first, fs, t, ls, folds, scratch);
+        }
+        else if (in_first || in_later) {
+            const LineTable *only = in_first ? first : t;
+            int s = in_first ? fs : ls;
+            row = linetable_figures(only->hits[s], only->growth[s], row_of(only, s),
+                                    only->n_columns);
+        }
+        else {
+            continue;
+        }
+        key = PyLong_FromLong(line);
+        if (row == NULL || key == NULL || PyDict_SetItem(result, key, row) < 0) {
+            goto error;
+        }
+        Py_CLEAR(key);
+        Py_CLEAR(row);
+    }
+    free(scratch);
+    return result;
+error:
+    Py_XDECREF(key);
+    Py_XDECREF(row);
+    Py_XDECREF(result);
+    free(scratch);
+    return NULL;
+}
+
+/* A line's figures in table `t` as a tuple, or None where it did not run. */
+static PyObject *
+figures_or_none(const LineTable *t, int line)
+{
+    int s = 0;
+    if (!ran(t, line, &s)) {
+        Py_RETURN_NONE;
+    }
+    return linetable_figures(t->hits[s], t->growth[s], row_of(t, s), t->n_columns);
+}
+
+static PyObject *
+least_growth(const CallFigures *f, int line)
+{
+    if (f->calls < 3) {
+        Py_RETURN_NONE;
+    }
+    int64_t least = 0;      /* a line outside the arrays never ran after the first call */
+    if (f->growth_before != NULL && line >= f->first_line
+        && line < f->first_line + f->n_slots) {
+        least = f->least_growth[line - f->first_line];
+    }
+    return PyLong_FromLongLong(least);
+}
+
+PyObject *
+callfigures_to_tuple(const LineTable *t)
+{
+    const CallFigures *f = t->calls;
+    const LineTable *first = f != NULL ? f->first : NULL;
+    PyObject *lines = NULL, *key = NULL, *row = NULL;
+    int lo, hi;
+    lines = PyDict_New();
+    if (lines == NULL) {
+        goto error;
+    }
+    if (f == NULL || f->calls == 0) {    /* no call ended yet */
+        return Py_BuildValue("(LON)", (long long)0, Py_False, lines);
+    }
+    span(t, first, &lo, &hi);
+    for (int line = lo; line <= hi; line++) {
+        int s = 0;
+        if (!ran(first, line, &s) && !ran(t, line, &s)) {
+            continue;
+        }
+        row = PyTuple_New(3);
+        if (row == NULL) {
+            goto error;
+        }
+        PyTuple_SET_ITEM(row, 0, figures_or_none(first, line));
+        PyTuple_SET_ITEM(row, 1, figures_or_none(t, line));
+        PyTuple_SET_ITEM(row, 2, least_growth(f, line));
+        if (PyTuple_GET_ITEM(row, 0) == NULL || PyTuple_GET_ITEM(row, 1) == NULL
+            || PyTuple_GET_ITEM(row, 2) == NULL) {
+            goto error;
+        }
+        key = PyLong_FromLong(line);
+        if (key == NULL || PyDict_SetItem(lines, key, row) < 0) {
+            goto error;
+        }
+        Py_CLEAR(key);
+        Py_CLEAR(row);
+    }
+    return Py_BuildValue("(LON)", (long long)f->calls, first != NULL ? Py_True : Py_False,
+                         lines);
+error:
+    Py_XDECREF(key);
+    Py_XDECREF(row);
+    Py_XDECREF(lines);
+    return NULL;
+}

@@ -1,0 +1,78 @@
+/* Figures per outermost call, beside the figures over all calls.
+ *
+ * A *call* runs from the moment a thread enters a profiled function while no
+ * profiled frame is open on any thread, to the moment no profiled frame is
+ * open anywhere: a nested or recursive call is part of the call around it,
+ * and calls that overlap on several threads are one call.  A table takes part
+ * in a call when one of its lines committed during it.
+ *
+ * Nothing here runs per line: at the end of each call, a table that took
+ * part does one step in O(its lines).  At the end of its first call the
+ * table's figures move to `first` and the table starts empty, so from then on
+ * it holds the later calls alone; "all calls" is the two folded together when
+ * asked (stats()).  From the second call on, each line's growth in the call
+ * (its summed growth now, less at the previous call's end) updates the least
+ * growth of one call seen so far.
+ *
+ * A call's locals are freed after its last event, so a line that makes a
+ * tensor kept until the return shows growth in every call without keeping
+ * anything.  When the next call begins, the level then, less the level when
+ * the ended call began, is what that call kept (with whatever ran between
+ * the calls); a line's growth in that call counts only up to it.  The last
+ * call is never so corrected: the least over the calls is no higher for it. */
+#ifndef MEMLAB_CALLFIGURES_H
+#define MEMLAB_CALLFIGURES_H
+
+#include "codemap.h"
+
+/* The per-call figures of one LineTable (its `calls`). */
+typedef struct CallFigures {
+    int64_t calls;            /* calls this table took part in */
+    int64_t commits_seen;     /* the table's commits at the end of the last call */
+    LineTable *first;         /* Owned. the first call's figures; NULL before it ended */
+    int first_line;           /* line of slot 0 of the two arrays below */
+    int n_slots;
+    int64_t *growth_before;   /* Owned. the table's growth at the last call's end */
+    int64_t *least_growth;    /* Owned. least growth in one call, calls 2..calls */
+    int64_t *last_growth;     /* Owned. each line's growth in the last call */
+    int correct_last;         /* the last call was a later call, to correct */
+} CallFigures;
+
+/* The tracer's side: the level when the current call began. */
+typedef struct {
+    int64_t start_level;      /* level at the start of the current (or last) call */
+    int started;              /* a call began since the tracer was made or cleared */
+} CallClock;
+
+void callfigures_free(CallFigures *figures);
+
+/* Forget every call (the table's figures are cleared by its owner). */
+void callfigures_clear(LineTable *table);
+void callfigures_clear_clock(CallClock *clock);
+
+/* The table's figures were cleared but its calls go on being counted (a
+ * profile_every table was printed): the first call's figures go, the count
+ * of calls and each line's least growth stay. */
+void callfigures_rotate(LineTable *table);
+
+/* A call begins at `level`: the previous call's growth is corrected by what
+ * it kept (see above).  Never raises. */
+void callfigures_begin_call(CallClock *clock, CodeMap *codes, int64_t level);
+
+/* The end of a call: every table of `codes` that took part steps.  Returns
+ * the number of tables whose step failed for lack of memory (their per-call
+ * figures are then incomplete); never raises. */
+Py_ssize_t callfigures_end_call(CodeMap *codes);
+
+/* {lineno: (count, net_growth, (values...))} over all calls: the first
+ * call's figures folded with the later ones'.  NULL with an exception set. */
+PyObject *callfigures_all_to_dict(const LineTable *table, const memlab_fold *folds);
+
+/* (calls, first_kept, {lineno: (first, later, least_growth)}) where first
+ * and later are (count, net_growth, (values...)) or None where the line did
+ * not run in those calls (first: always None when not first_kept, after a
+ * rotation), and least_growth is None before the third call.  NULL with an
+ * exception set. */
+PyObject *callfigures_to_tuple(const LineTable *table);
+
+#endif /* MEMLAB_CALLFIGURES_H */

@@ -1,0 +1,125 @@
+"""``python -m pytorch_memlab diff`` and ``pytorch_memlab.diff``: two versions
+of a script, the second inserting a line and enlarging a tensor."""
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("pytorch_memlab._torchshim")
+
+import pytorch_memlab  # noqa: E402
+from helpers import MiB  # noqa: E402
+
+OLD = """\
+import torch
+
+def train_step():
+    a = torch.empty(1 << 20)
+    b = torch.empty(1 << 20)
+    return a.sum() + b.sum()
+
+train_step()
+"""
+NEW = """\
+import torch
+
+def train_step():
+    a = torch.empty(1 << 20)
+    extra = torch.empty(1 << 18)
+    b = torch.empty(1 << 21)
+    return a.sum() + b.sum()
+
+train_step()
+"""
+
+
+def profile(tmp_path, name, source):
+    script = tmp_path / f"{name}.py"
+    script.write_text(source)
+    out = tmp_path / f"{name}.json"
+    proc = subprocess.run([sys.executable, "-m", "pytorch_memlab", "run", "-d", "cpu",
+                           "-f", "train_step", "-o", str(out), str(script)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "pytorch_memlab", "diff", *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def pair(tmp_path):
+    return profile(tmp_path, "old", OLD), profile(tmp_path, "new", NEW)
+
+
+def test_lines_matched_by_text_and_exact_delta(pair):
+    result = pytorch_memlab.diff(*pair)
+    (fd,) = result.functions
+    by_code = {line.code.strip(): line for line in fd.lines}
+    # the enlarged line's text changed: a deleted old line and an inserted one
+    b = by_code["b = torch.empty(1 << 21)"]
+    assert by_code["b = torch.empty(1 << 20)"].new is None
+    assert by_code["a = torch.empty(1 << 20)"].old.lineno == 4
+    assert by_code["a = torch.empty(1 << 20)"].new.lineno == 4
+    assert by_code["a = torch.empty(1 << 20)"].change("net_growth") == 0
+    ret = by_code["return a.sum() + b.sum()"]
+    assert (ret.old.lineno, ret.new.lineno) == (6, 7)       # moved by the inserted line
+    inserted = by_code["extra = torch.empty(1 << 18)"]
+    assert inserted.old is None and inserted.change("net_growth") == MiB
+    assert b.old is None and b.change("net_growth") == 8 * MiB
+    # peak: old 4 MiB + 4 MiB, new 4 + 1 + 8 MiB (and the same scalars in both)
+    assert 8 * MiB <= fd.old_peak < 8 * MiB + 1024
+    assert fd.peak_change == 5 * MiB
+    assert fd.summary().startswith("train_step: peak 8.00M -> 13.00M (+5.00M, +62.5%), line")
+
+
+def test_cli_text_html_and_exit_codes(pair, tmp_path):
+    old, new = pair
+    proc = cli(old, new)
+    assert proc.returncode == 0, proc.stderr
+    assert "train_step: peak 8.00M -> 13.00M (+5.00M, +62.5%)" in proc.stdout
+    assert "+8.00M" in proc.stdout and "<-- largest increase" in proc.stdout
+    assert cli(old, new, "--fail-over", "4MiB").returncode == 1
+    assert cli(old, new, "--fail-over", "6MiB").returncode == 0
+    assert cli(old, new, "--fail-over", "50%").returncode == 1
+    assert cli(old, new, "--fail-over", "70%").returncode == 0
+    html = tmp_path / "diff.html"
+    assert cli(old, new, "-o", html).returncode == 0
+    assert "train_step: peak 8.00M" in html.read_text()
+    only = cli(old, new, "-c", "active_bytes.all.peak")
+    assert only.returncode == 0 and "reserved_bytes" not in only.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (("missing.json", "NEW"), "no such file"),
+    (("NOTPROFILE", "NEW"), "not a saved profile"),
+    (("OLD", "NEW", "--fail-over", "lots"), "--fail-over 'lots'"),
+    (("OLD", "OTHER"), "no function in common"),
+    (("OLD", "GPU"), "share no device"),
+    (("OLD", "FUTURE"), "newer than this pytorch_memlab reads"),
+], ids=["missing", "not-profile", "bad-threshold", "nothing-common", "no-device", "newer"])
+def test_usage_errors(pair, tmp_path, args, message):
+    old, new = pair
+    other = tmp_path / "other.json"
+    import json
+    data = json.loads(new.read_text())
+    for record in data["functions"]:
+        record["qualname"] = "elsewhere"
+    other.write_text(json.dumps(data))
+    (tmp_path / "bad.json").write_text("{}")
+    data = json.loads(new.read_text())
+    data["devices"] = ["cuda:0"]
+    for record in data["functions"]:
+        record["device"] = "cuda:0"
+    (tmp_path / "gpu.json").write_text(json.dumps(data))
+    data["schema_version"] = 99
+    (tmp_path / "future.json").write_text(json.dumps(data))
+    names = {"OLD": old, "NEW": new, "OTHER": other, "NOTPROFILE": tmp_path / "bad.json",
+             "GPU": tmp_path / "gpu.json", "FUTURE": tmp_path / "future.json"}
+    proc = cli(*[names.get(a, a) for a in args])
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr
