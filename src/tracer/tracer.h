@@ -4,6 +4,7 @@
 #define MEMLAB_TRACER_H
 
 #include "codemap.h"
+#include "curve.h"
 #include "sampler.h"
 #include "threadstack.h"
 
@@ -28,6 +29,7 @@ typedef struct TracerObject {
     tracer_state state;
     Py_ssize_t sample_errors;      /* readings that failed (reported at stats()) */
     Py_ssize_t memory_errors;      /* commits lost to a failed allocation */
+    CurveSet curves;               /* the memory curve of one call per function */
     int tool_id;                   /* sys.monitoring tool id, -1 when none */
     struct TracerObject *next_enabled;  /* Borrowed. the enabled-tracers list */
     PyObject *weakreflist;
