@@ -17,6 +17,7 @@ from ..reports.display import ProfileDisplay, untraced_note
 from .timeline import Timeline
 from .tracers import TracerSet
 from ..records.columns import ColumnsArg, normalize_columns, pick_columns
+from ..records.curve import DEFAULT_CURVE, CurveArg, check_curve
 from .functions import CodesByIdentity, FunctionEntry, compiled_by_dynamo, resolve_function
 from .tracer_tables import Raised, build_records
 
@@ -43,7 +44,10 @@ class LineProfiler:
     and says so once on stderr.  ``target_gpu=N`` is the old spelling of
     ``device=N``.  ``columns``: fields of ``torch.cuda.memory_stats()`` to record
     (default active and reserved bytes' peaks); count and net growth of active
-    bytes are always recorded.
+    bytes are always recorded.  ``curve``: which call's line-by-line memory
+    curve each function keeps (``record["curve"]``, drawn by the HTML report
+    and ``display()``): "peak" (default: the call that reached the function's
+    peak), "first", "last", a call number N >= 1, or None for none.
 
         with LineProfiler(func, device="cpu") as prof:
             func()
@@ -51,10 +55,12 @@ class LineProfiler:
     """
 
     def __init__(self, *functions: Callable[..., Any], target_gpu: Optional[int] = None,
-                 device: DeviceArg = None, columns: ColumnsArg = None) -> None:
+                 device: DeviceArg = None, columns: ColumnsArg = None,
+                 curve: CurveArg = DEFAULT_CURVE) -> None:
         self.columns = normalize_columns(columns)
+        self.curve = check_curve(curve)
         slots, self._fell_back = resolve_devices(device, target_gpu)
-        self._tracers = TracerSet(slots, self.columns)
+        self._tracers = TracerSet(slots, self.columns, self.curve)
         self._entries: list[FunctionEntry] = []
         self._raised: Raised = {}  # by id(code): see tracer_tables.Raised
         self._stopped: set[tuple[int, int]] = set()   # (id(code), line) marked by a signal
@@ -277,7 +283,8 @@ class LineProfiler:
                 raise ValueError(f"{func!r} is not a function of this profiler "
                                  f"(registered: {', '.join(e.qualname for e in self._entries)})")
             records = build_records(entries, self._tracers.labels(), self._tracers.stats(),
-                                    self.columns, shown, self._raised)
+                                    self.columns, shown, self._raised,
+                                    self._tracers.curves(), self.curve)
             return postmortem.attach(records, self._postmortem)
 
     def _untraced_notes(self, entries: list[FunctionEntry],

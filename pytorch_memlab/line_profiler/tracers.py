@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import types
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
 from .. import native
 from ..records.columns import GROWTH_FIELD, check_columns
+from ..records.curve import PEAK_FIELD, RESERVED_FIELD, CurveArg
 from ..common.devices import DeviceSlot, current_target, label
 
 # [(code, {lineno: (count, net_growth, values in column order)}), ...] in
@@ -15,12 +16,17 @@ from ..common.devices import DeviceSlot, current_target, label
 # compare equal, so a tracer's tables are told apart by identity, not by key
 LineTable = dict[int, tuple[int, int, tuple[int, ...]]]
 TracerStats = list[tuple[types.CodeType, LineTable]]
+# [(code, (points, merged, call, calls, line events)), ...]: each function's
+# kept curve; a point (lineno, active, reserved, peak, callee code or None)
+CurvePoints = list[tuple[int, int, int, int, Optional[types.CodeType]]]
+TracerCurves = list[tuple[types.CodeType, tuple[CurvePoints, int, int, int, int]]]
 
 
 class TracerSet:
     """The tracers of one profiler, in the order of its device slots."""
 
-    def __init__(self, slots: Sequence[DeviceSlot], columns: tuple[str, ...]) -> None:
+    def __init__(self, slots: Sequence[DeviceSlot], columns: tuple[str, ...],
+                 curve: CurveArg = None) -> None:
         self.slots = list(slots)
         self.tracers: list[native.Tracer] = []
         for slot in self.slots:
@@ -30,9 +36,15 @@ class TracerSet:
             check_columns((GROWTH_FIELD,), fields, where)
             index = current_target() if slot.follows_target else slot.index
             assert index is not None
-            source = native.get_source(slot.kind, tuple(columns) + (GROWTH_FIELD,))
-            self.tracers.append(native.Tracer(source, index, columns,
-                                               growth_field=GROWTH_FIELD))
+            # a curve reads its own fields whatever the columns: recorded
+            # after them, so the columns keep their places in the tables
+            extra = () if curve is None else tuple(
+                f for f in (RESERVED_FIELD, PEAK_FIELD) if f not in columns and f in fields)
+            read = tuple(columns) + extra
+            pick = tuple(f if f in read else None for f in (RESERVED_FIELD, PEAK_FIELD))
+            source = native.get_source(slot.kind, read + (GROWTH_FIELD,))
+            self.tracers.append(native.Tracer(source, index, read, growth_field=GROWTH_FIELD,
+                                               curve=curve, curve_columns=pick))
 
     @property
     def enabled(self) -> bool:
@@ -81,3 +93,6 @@ class TracerSet:
 
     def stats(self) -> list[TracerStats]:
         return [tracer.stats() for tracer in self.tracers]
+
+    def curves(self) -> list[TracerCurves]:
+        return [tracer.curves() for tracer in self.tracers]

@@ -1,10 +1,10 @@
 """A profile as the JSON document ``LineProfiler.save`` writes, and back.
 
-Schema version 2 (``SCHEMA_VERSION``)::
+Schema version 3 (``SCHEMA_VERSION``)::
 
     {
       "format": "pytorch_memlab.line_profile",
-      "schema_version": 2,
+      "schema_version": 3,
       "pytorch_memlab_version": "1.0.0",
       "torch_version": "2.13.0+cpu",
       "python_version": "3.11.9",
@@ -24,7 +24,11 @@ Schema version 2 (``SCHEMA_VERSION``)::
             "reserved_bytes.all.peak": null, "raised": null},
            {"lineno": 13, "code": "        h = self.linear(x)", "count": 3,
             "net_growth": 786432, "active_bytes.all.peak": 1310720,
-            "reserved_bytes.all.peak": 1310720, "raised": null}]}],
+            "reserved_bytes.all.peak": 1310720, "raised": null}],
+         "curve": [[13, 786432, 2097152, 1310720],    # optional, see below
+                   [21, 786432, 2097152, 1048576, "Net.block"]],
+         "curve_of": {"choice": "peak", "call": 2, "calls": 3, "line_events": 2,
+                      "merged": 1}}],
       "timeline": [                                  # profile_every only, else []
         {"call": 1, "device": "cpu", "active_bytes": 1048576,
          "reserved_bytes": 1048576}],
@@ -55,17 +59,27 @@ load, from each column's name by torch's naming rule
 (``records.meanings.torch_meaning``), which is what version 1 meant; so is a
 column a version 2 file leaves out.  The CSV has no slot for them and is
 read the same way.
+
+``curve`` and ``curve_of`` (new in version 3; ``records.curve``): the line
+events of one call of the function on that device, in order, each
+``[lineno, active bytes at the line's end, reserved bytes at its end, peak
+active bytes inside it]`` plus the callee's qualname for a line of a nested
+profiled call; ``curve_of`` says which call (``choice``: "peak", "first",
+"last" or a call number) and how many line events each point holds
+(``merged``).  A record without a curve has neither key; older files load
+with no curve.
 """
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from .curve import CurveInfo, CurvePoint
 from .meanings import KINDS, UNITS, Field, torch_meaning
 from .model import (GROWTH, VERSION_KEYS, FunctionRecord, LineRecord, Profile,
                     TimelineRow)
 
 FORMAT = "pytorch_memlab.line_profile"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 RECORD_KEYS = ("qualname", "filename", "first_line", "device")
 _LINE_KEYS = ("lineno", "code", "count", GROWTH, "raised")
 _KNOWN = {"format", "schema_version", "created", "devices", "columns", "column_meanings",
@@ -166,7 +180,35 @@ class _Reader:
             columns=columns,
             lines=[self.line(line, columns, f"{place}.lines[{i}]")
                    for i, line in enumerate(lines)],
-            postmortem=postmortem)
+            postmortem=postmortem,
+            curve=self.curve(obj["curve"], f"{place}.curve") if "curve" in obj else None,
+            curve_of=self.curve_of(obj.get("curve_of"), f"{place}.curve_of")
+            if "curve" in obj else None)
+
+    def curve(self, obj: Any, place: str) -> list[CurvePoint]:
+        accepted = "[lineno, active, reserved, line_peak] (integers), then a callee's qualname"
+        if not isinstance(obj, list):
+            raise self.fail(place, f"it is {_show(obj)}; expected a list of points")
+        for i, point in enumerate(obj):
+            ints = point[:4] if isinstance(point, list) else []
+            if (len(ints) != 4 or len(point) > 5
+                    or not all(isinstance(v, int) and not isinstance(v, bool) for v in ints)
+                    or (len(point) == 5 and not isinstance(point[4], str))):
+                raise self.fail(f"{place}[{i}]", f"it is {_show(point)}; expected {accepted}")
+        return [list(point) for point in obj]
+
+    def curve_of(self, obj: Any, place: str) -> CurveInfo:
+        if not isinstance(obj, dict):
+            raise self.fail(place, f"it is {_show(obj)}; expected an object")
+        choice = obj.get("choice")
+        if not isinstance(choice, (str, int)):
+            raise self.fail(place, f"'choice' is {_show(choice)}; expected \"peak\", "
+                            "\"first\", \"last\" or a call number")
+        return CurveInfo(choice=choice,
+                         call=self.typed(obj, "call", int, place, "an integer"),
+                         calls=self.typed(obj, "calls", int, place, "an integer"),
+                         line_events=self.typed(obj, "line_events", int, place, "an integer"),
+                         merged=self.typed(obj, "merged", int, place, "an integer"))
 
     def meanings(self, obj: Any) -> dict[str, Field]:
         if not isinstance(obj, dict):
