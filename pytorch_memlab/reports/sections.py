@@ -4,11 +4,12 @@ and bar scales worked out once, as a ``Table`` a format only styles (text,
 notebook and HTML reports; the rank table builds its ``Table`` from ranks)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol, Sequence
 
 from ..common.sizes import readable_size
 from ..records.model import GROWTH, FunctionRecord, LineRecord, Profile
+from .curve_svg import CurveView
 from .postmortem_text import format_postmortem
 
 GROWTH_TITLE = ("active_bytes", "net growth")
@@ -145,13 +146,32 @@ class Table:
     columns: list[str]      # the columns of each group, growth last
     rows: list[Row]
     postmortem: Optional[str] = None   # the formatted post-mortem, if any
+    curves: list[CurveView] = field(default_factory=list)   # one per device that kept one
+    hidden: int = 0                    # lines left out: they never ran (hide_unrun)
 
 
-def _table(section: Section, profile: Profile, full: dict[tuple[str, str], int]) -> Table:
+def _curves(section: Section, code: dict[str, dict[int, str]]) -> list[CurveView]:
+    """A view of each device's curve, with the code of the lines it names."""
+    views = []
+    for record in section.records:
+        if record.curve is None or record.curve_of is None or not record.curve:
+            continue
+        owners = {section.qualname} | {p[4] for p in record.curve if len(p) > 4}
+        views.append(CurveView(section.qualname, record.device, record.curve, record.curve_of,
+                               {q: code.get(q, {}) for q in owners}))
+    return views
+
+
+def _table(section: Section, profile: Profile, full: dict[tuple[str, str], int],
+           code: dict[str, dict[int, str]], hide_unrun: bool) -> Table:
     columns = section.columns
     units = [profile.unit(c) for c in columns]
     rows = []
+    hidden = 0
     for first, lines in section.rows():
+        if hide_unrun and not any(line.ran for line in lines) and not first.raised:
+            hidden += 1
+            continue
         figures = [Figure(device, column, c, line.figure(column),
                           cell(line.figure(column), units[c]), full.get((device, column), 0))
                    for device, line in zip(section.devices, lines)
@@ -160,7 +180,8 @@ def _table(section: Section, profile: Profile, full: dict[tuple[str, str], int])
                         raised_note(first.raised), first.ran, figures))
     pm = section.postmortem
     return Table(section.qualname, section.filename, section.first_line, section.devices,
-                 columns, rows, None if pm is None else format_postmortem(pm, section.qualname))
+                 columns, rows, None if pm is None else format_postmortem(pm, section.qualname),
+                 _curves(section, code), hidden)
 
 
 class Style(Protocol):
@@ -171,13 +192,30 @@ class Style(Protocol):
     def note(self, text: str) -> str: ...
 
 
-def render_sections(profile: Profile, style: Style) -> list[str]:
-    """The one section renderer: each function that ran as ``style`` shows it,
-    then the note on those that did not (or on there being none)."""
+def source_code(functions: Sequence[FunctionRecord]) -> dict[str, dict[int, str]]:
+    """qualname -> lineno -> source text, for finding a curve point's code."""
+    code: dict[str, dict[int, str]] = {}
+    for record in functions:
+        code.setdefault(record.qualname, {l.lineno: l.code for l in record.lines})
+    return code
+
+
+def tables(profile: Profile, hide_unrun: bool = False) -> tuple[list[Table], list[str]]:
+    """(a ``Table`` per function that ran, qualnames of those that did not)."""
     shown, idle = sections(profile.functions)
     full = scales(shown)
-    parts = [style.section(_table(s, profile, full)) for s in shown]
-    note = idle_note(idle, bool(shown))
+    code = source_code(profile.functions)
+    return [_table(s, profile, full, code, hide_unrun) for s in shown], idle
+
+
+def render_sections(profile: Profile, style: Style, hide_unrun: bool = False) -> list[str]:
+    """The one section renderer: each function that ran as ``style`` shows it,
+    then the note on those that did not (or on there being none).
+    ``hide_unrun``: leave out the lines that never ran (a docstring, a
+    branch not taken)."""
+    shown_tables, idle = tables(profile, hide_unrun)
+    parts = [style.section(table) for table in shown_tables]
+    note = idle_note(idle, bool(shown_tables))
     if note:
         parts.append(style.note(note))
     return parts

@@ -68,10 +68,15 @@ class _TextStyle:
 
 
 class TextReport:
-    """What ``print_stats`` and ``repr`` show (a ``Reporter[Profile]``)."""
+    """What ``print_stats`` and ``repr`` show (a ``Reporter[Profile]``);
+    ``hide_unrun``: leave out the lines that never ran.  Each table ends with
+    its newline, and one blank line separates it from the next."""
+
+    def __init__(self, hide_unrun: bool = False) -> None:
+        self.hide_unrun = hide_unrun
 
     def render(self, profile: Profile) -> str:
-        text = "\n\n".join(render_sections(profile, _TextStyle()))
+        text = "\n".join(render_sections(profile, _TextStyle(), self.hide_unrun))
         for note in profile.notes:
             text += note + "\n"
         return text
