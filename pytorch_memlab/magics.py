@@ -31,9 +31,10 @@ if TYPE_CHECKING:
 # the line magic begins: short letters and long names that take a value, and
 # those that do not.  The argparse declarations below are the other half.
 _VALUE_SHORT = frozenset("fcgT")
-_FLAG_SHORT = frozenset("Drq")
+_FLAG_SHORT = frozenset("Drqu")
 _VALUE_LONG = ("--function", "--column", "--gpu", "--dump-profile")
-_FLAG_LONG = ("--no_default_columns", "--no-default-columns", "--return-profiler", "--quiet")
+_FLAG_LONG = ("--no_default_columns", "--no-default-columns", "--return-profiler", "--quiet",
+              "--hide-unrun", "--hide_unrun")
 
 
 def _word(text: str, pos: int) -> tuple[str, int]:
@@ -145,6 +146,8 @@ class MemlabMagics(Magics):
               help="Do not show the table (use with -r or -T).")
     @argument("-T", "--dump-profile", metavar="FILE", default=None,
               help="Also write the text table to FILE (overwritten).")
+    @argument("-u", "--hide-unrun", "--hide_unrun", action="store_true",
+              help="Leave out the lines that never ran.")
     @argument("statement", nargs="*",
               help="The code to run (line magic). In the cell magic the cell is the code.")
     @no_var_expand          # the statement is Python: {x} and $x stay as written
@@ -237,11 +240,11 @@ class MemlabMagics(Magics):
     @staticmethod
     def _report(profiler: LineProfiler, args: argparse.Namespace) -> None:
         if not args.quiet:
-            display(profiler.display())
+            display(profiler.display(hide_unrun=args.hide_unrun))
         if args.dump_profile is not None:
             path = os.path.expanduser(args.dump_profile)
             with open(path, "w", encoding="utf-8") as stream:
-                profiler.print_stats(stream=stream)
+                profiler.print_stats(stream=stream, hide_unrun=args.hide_unrun)
 
 
 def load_ipython_extension(ipython: InteractiveShell) -> None:

@@ -106,10 +106,15 @@ class ViewCommand(Verb):
                                             "files written under torchrun")
         parser.add_argument("-o", "--output", metavar="OUT",
                             help="report.html, or a .json / .csv")
+        parser.add_argument("--hide-unrun", action="store_true",
+                            help="leave out the lines that never ran (tables and HTML report)")
+        parser.add_argument("--curve", action="store_true",
+                            help="print each function's memory curve of one call as a text "
+                                 "chart (at most 60 rows) instead of the tables")
 
     def run(self, args: argparse.Namespace) -> int:
         from .view import view
-        return view(args.profile, args.output)
+        return view(args.profile, args.output, args.hide_unrun, args.curve)
 
 
 class InfoCommand(Verb):

@@ -306,21 +306,25 @@ class LineProfiler:
         one place a profile learns them (reports and saved files read these)."""
         return {c: native.field_meaning(c) for c in self.columns}
 
-    def display(self, func: Any = None, columns: ColumnsArg = None) -> ProfileDisplay:
+    def display(self, func: Any = None, columns: ColumnsArg = None,
+                hide_unrun: bool = False) -> ProfileDisplay:
         """A table of ``func`` (a function, a qualname, a list of them; None: all)
-        that renders as HTML in notebooks and as text with ``print``/``repr``."""
+        that renders as HTML in notebooks (with each function's curve above
+        its table) and as text with ``print``/``repr``; ``hide_unrun``: leave
+        out the lines that never ran."""
         records = self.stats(func, columns)
         with self._lock:
             notes = self._untraced_notes(self._selected(func), records)
         return ProfileDisplay(Profile(records, list(self.columns), self.devices, notes=notes,
-                                      meanings=self._meanings()))
+                                      meanings=self._meanings()), hide_unrun)
 
     def print_stats(self, func: Any = None, columns: ColumnsArg = None,
-                    stream: Optional[IO[str]] = None) -> None:
+                    stream: Optional[IO[str]] = None, hide_unrun: bool = False) -> None:
         """Write the text table to ``stream`` (default: sys.stdout), then a
-        blank line so that tables printed one after another stay apart."""
+        blank line so that tables printed one after another stay apart;
+        ``hide_unrun``: leave out the lines that never ran."""
         out = stream if stream is not None else sys.stdout
-        out.write(repr(self.display(func, columns)) + "\n")
+        out.write(repr(self.display(func, columns, hide_unrun)) + "\n")
         out.flush()
 
     # ---- export ------------------------------------------------------------------

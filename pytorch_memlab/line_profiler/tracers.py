@@ -41,7 +41,8 @@ class TracerSet:
             extra = () if curve is None else tuple(
                 f for f in (RESERVED_FIELD, PEAK_FIELD) if f not in columns and f in fields)
             read = tuple(columns) + extra
-            pick = tuple(f if f in read else None for f in (RESERVED_FIELD, PEAK_FIELD))
+            pick = (RESERVED_FIELD if RESERVED_FIELD in read else None,
+                    PEAK_FIELD if PEAK_FIELD in read else None)
             source = native.get_source(slot.kind, read + (GROWTH_FIELD,))
             self.tracers.append(native.Tracer(source, index, read, growth_field=GROWTH_FIELD,
                                                curve=curve, curve_columns=pick))

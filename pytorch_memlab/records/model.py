@@ -104,7 +104,8 @@ class FunctionRecord(_ReadsAsDict):
         return (self.filename, self.first_line, self.qualname)
 
     def _keys(self) -> tuple[str, ...]:
-        keys = ("qualname", "filename", "first_line", "device", "columns", "lines")
+        keys: tuple[str, ...] = ("qualname", "filename", "first_line", "device", "columns",
+                                 "lines")
         if self.postmortem is not None:
             keys += ("postmortem",)
         if self.curve is not None:

@@ -96,14 +96,15 @@ class SavedProfile:
             raise ValueError(f"{func!r} is not a function of this profile (saved: {names})")
         return [r.project(shown) for r in records]
 
-    def display(self, func: Any = None, columns: Any = None) -> "ProfileDisplay":
+    def display(self, func: Any = None, columns: Any = None,
+                hide_unrun: bool = False) -> "ProfileDisplay":
         from ..reports.display import ProfileDisplay
-        return ProfileDisplay(self.profile.select(self.stats(func, columns)))
+        return ProfileDisplay(self.profile.select(self.stats(func, columns)), hide_unrun)
 
     def print_stats(self, func: Any = None, columns: Any = None,
-                    stream: Optional[IO[str]] = None) -> None:
+                    stream: Optional[IO[str]] = None, hide_unrun: bool = False) -> None:
         out = stream if stream is not None else sys.stdout
-        out.write(repr(self.display(func, columns)) + "\n")
+        out.write(repr(self.display(func, columns, hide_unrun)) + "\n")
         out.flush()
 
     def __repr__(self) -> str:

@@ -47,7 +47,7 @@ def _x(i: int, n: int) -> float:
 
 
 def _top(points: list[CurvePoint]) -> int:
-    return max([1] + [max(p[1], p[2], p[3]) for p in points])
+    return max([1] + [int(max(p[1], p[2], p[3])) for p in points])
 
 
 def _spans(points: list[CurvePoint]) -> list[tuple[float, float, str]]:

@@ -19,10 +19,12 @@ def untraced_note(qualname: str, calls: int, compiled: bool) -> str:
 
 
 class ProfileDisplay:
-    def __init__(self, profile: Profile) -> None:
+    """``hide_unrun``: leave out the lines that never ran, in both forms."""
+
+    def __init__(self, profile: Profile, hide_unrun: bool = False) -> None:
         self.profile = profile
-        self.text: Reporter[Profile] = reporter_for("text")
-        self.notebook: Reporter[Profile] = reporter_for("notebook")
+        self.text: Reporter[Profile] = reporter_for("text", hide_unrun=hide_unrun)
+        self.notebook: Reporter[Profile] = reporter_for("notebook", hide_unrun=hide_unrun)
 
     @property
     def records(self) -> list:   # type: ignore[type-arg]
