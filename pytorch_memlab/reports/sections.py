@@ -156,9 +156,14 @@ def _curves(section: Section, code: dict[str, dict[int, str]]) -> list[CurveView
     for record in section.records:
         if record.curve is None or record.curve_of is None or not record.curve:
             continue
-        owners = {section.qualname} | {p[4] for p in record.curve if len(p) > 4}
+        named: dict[str, dict[int, str]] = {}
+        for p in record.curve:
+            owner = p[4] if len(p) > 4 else section.qualname
+            lines = named.setdefault(owner, {})
+            if p[0] not in lines:
+                lines[p[0]] = code.get(owner, {}).get(p[0], "")
         views.append(CurveView(section.qualname, record.device, record.curve, record.curve_of,
-                               {q: code.get(q, {}) for q in owners}))
+                               named))
     return views
 
 
