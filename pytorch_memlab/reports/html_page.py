@@ -87,8 +87,8 @@ document.querySelectorAll("div.curve").forEach(function (box) {
   function show(i, ev) {
     var who = owner(i), code = (d.code[who] || {})[d.line[i]] || "";
     tip.textContent = "event " + (i + 1) + ": line " + d.line[i]
-      + (d.callee[i] < 0 ? "" : " (in " + who + ")") + "\n" + code.trim()
-      + "\nactive " + memlabSize(d.active[i]) + "  reserved " + memlabSize(d.reserved[i])
+      + (d.callee[i] < 0 ? "" : " (in " + who + ")") + "\\n" + code.trim()
+      + "\\nactive " + memlabSize(d.active[i]) + "  reserved " + memlabSize(d.reserved[i])
       + "  peak in line " + memlabSize(d.peak[i]);
     var r = svg.getBoundingClientRect(), scale = r.width / g.vw;
     var px = xOf(i) * scale, py = yOf(d.active[i]) * scale;

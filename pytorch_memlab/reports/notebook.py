@@ -3,8 +3,8 @@ Above a function's table, the memory curve of its kept call (``curve_svg``):
 hovering shows a line's figures (SVG titles), clicking goes to its row."""
 from __future__ import annotations
 
+import hashlib
 import html
-import itertools
 from typing import Optional
 
 from ..records.model import Profile
@@ -68,18 +68,16 @@ def _section(section: Table, anchor: str) -> str:
 
 
 class _NotebookStyle:
-    def __init__(self) -> None:
-        # row ids unique across the outputs of one notebook page
-        self.anchor = f"memlab{next(_outputs)}"
+    def __init__(self, profile: Profile) -> None:
+        # row ids: the same profile renders the same, other profiles' differ
+        names = "\0".join(f"{r.filename}:{r.first_line}:{r.device}" for r in profile.functions)
+        self.anchor = "memlab" + hashlib.sha1(names.encode()).hexdigest()[:8]
 
     def section(self, table: Table) -> str:
         return _section(table, self.anchor)
 
     def note(self, text: str) -> str:
         return f"<p>{html.escape(text)}</p>"
-
-
-_outputs = itertools.count(1)
 
 
 class NotebookReport:
@@ -91,7 +89,7 @@ class NotebookReport:
         self.hide_unrun = hide_unrun
 
     def render(self, profile: Profile) -> str:
-        parts = render_sections(profile, _NotebookStyle(), self.hide_unrun)
+        parts = render_sections(profile, _NotebookStyle(profile), self.hide_unrun)
         return ('<div class="pytorch-memlab">' + '\n<div style="height:1em"></div>\n'.join(parts)
                 + "</div>"
                 + "".join(f"<p>{html.escape(note)}</p>" for note in profile.notes))
