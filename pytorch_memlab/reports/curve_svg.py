@@ -137,7 +137,8 @@ def curve_svg(view: CurveView, anchor: Optional[str] = None) -> str:
                    f'height="{PLOT_H}" fill="{NESTED}" fill-opacity="0.14">'
                    f"<title>{html.escape(callee)}</title></rect>")
         if x1 - x0 >= 7 * len(callee) + 6:
-            out.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{TOP + 11}" text-anchor="middle" '
+            out.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{TOP + PLOT_H - 5}" '
+                       f'text-anchor="middle" '
                        f'fill="{NESTED}">{html.escape(callee)}</text>')
     for value, label in ticks:
         out.append(f'<line x1="{LEFT}" x2="{LEFT + PLOT_W}" y1="{y(value):.1f}" '
@@ -160,7 +161,7 @@ def curve_svg(view: CurveView, anchor: Optional[str] = None) -> str:
                    f'stroke="{PEAK_MARK}" stroke-width="2"><title>{html.escape(_figures(view, p))}'
                    f'</title></circle><text x="{px + dx:.1f}" y="{max(py - 6, TOP + 10):.1f}" '
                    f'text-anchor="{anchor_side}" fill="{PEAK_MARK}">peak {readable_size(p[3])} '
-                   f"(line {p[0]})</text>")
+                   f"(line {p[0]}{' in ' + str(p[4]) if len(p) > 4 else ''})</text>")
     out.append(f'<text x="{LEFT}" y="{bottom + 14}" fill="#444">event 1</text>'
                f'<text x="{LEFT + PLOT_W / 2:.0f}" y="{bottom + 14}" text-anchor="middle" '
                f'fill="#888">line events of the call, in order</text>'
