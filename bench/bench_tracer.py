@@ -14,6 +14,10 @@ Columns of the table:
              function, over its run time with no tracer at all.
   callee     the same unrelated function called from inside a profiled
              function, over the same call with no tracer.
+  +curve ns  ns per line event that recording the memory curve of a call
+             adds (issue 27): the hot loop under a Tracer with curve="peak"
+             minus under the same Tracer with curve=None, paired side by
+             side; target <= 20 ns.
 
 Timings alternate on and off in adjacent pairs (the order flips each repeat)
 and each figure is the median over pairs, which keeps slow drift out.  A
@@ -85,8 +89,9 @@ def profiled_caller(n):
     return unrelated(n)
 
 
-def new_tracer(*functions):
-    tracer = _tracer.Tracer(_testsource.manual_source, 0, COLUMNS, GROWTH)
+def new_tracer(*functions, curve=None):
+    tracer = _tracer.Tracer(_testsource.manual_source, 0, COLUMNS, GROWTH, curve=curve,
+                            curve_columns=("bytes.current", "bytes.peak"))
     for f in functions:
         tracer.add_code(f.__code__)
     return tracer
@@ -108,6 +113,18 @@ def ns_per_line(n, repeats):
                     lambda: timed(hot, n), repeats)
     return {"ns_per_line": statistics.median(a - b for a, b in zip(on, off)) / events,
             "base_ns_per_line": statistics.median(off) / events, "line_events": events}
+
+
+def curve_cost(n, events, repeats):
+    """ns per line event added by curve="peak", against curve=None."""
+    plain, curved = new_tracer(hot), new_tracer(hot, curve="peak")
+    def under(tracer):
+        tracer.enable()
+        t = timed(hot, n)
+        tracer.disable()
+        return t
+    on, off = pairs(lambda: under(curved), lambda: under(plain), repeats)
+    return statistics.median(a - b for a, b in zip(on, off)) / events
 
 
 def pairs(measure_on, measure_off, repeats):
@@ -160,6 +177,7 @@ def measure(args):
     try:
         line = ns_per_line(args.lines, args.repeats)
         floor = monitoring_floor(args.lines, line["line_events"], args.repeats)
+        curve = curve_cost(args.lines, line["line_events"], args.repeats)
         unrelated(args.calls)                       # warm up
         other = new_tracer(registered_elsewhere)
         unrelated_ratio = ratio(other, unrelated, args.calls, args.repeats)
@@ -173,26 +191,28 @@ def measure(args):
                 line_events=line["line_events"],
                 monitoring_floor_ns=None if floor is None else round(floor, 1),
                 unrelated_ratio=round(unrelated_ratio, 3),
-                callee_ratio=round(callee_ratio, 3), repeats=args.repeats)
+                callee_ratio=round(callee_ratio, 3), curve_ns_per_line=round(curve, 1),
+                repeats=args.repeats)
 
 
-HEADER = "{:<8} {:<10} {:>9} {:>9} {:>9} {:>10} {:>10}".format(
-    "python", "mechanism", "ns/line", "base ns", "floor ns", "unrelated", "callee")
+HEADER = "{:<8} {:<10} {:>9} {:>9} {:>9} {:>10} {:>10} {:>9}".format(
+    "python", "mechanism", "ns/line", "base ns", "floor ns", "unrelated", "callee",
+    "+curve ns")
 
 
 def row(r):
     floor = r["monitoring_floor_ns"]
-    return "{:<8} {:<10} {:>9.1f} {:>9.1f} {:>9} {:>9.3f}x {:>9.3f}x".format(
+    return "{:<8} {:<10} {:>9.1f} {:>9.1f} {:>9} {:>9.3f}x {:>9.3f}x {:>9.1f}".format(
         r["python"], r["mechanism"], r["ns_per_line"], r["base_ns_per_line"],
         "-" if floor is None else "{:.1f}".format(floor),
-        r["unrelated_ratio"], r["callee_ratio"])
+        r["unrelated_ratio"], r["callee_ratio"], r["curve_ns_per_line"])
 
 
 def summarize(runs):
     """One row from several processes' rows: medians, plus the ns/line range."""
     out = dict(runs[0])
     for key in ("ns_per_line", "base_ns_per_line", "monitoring_floor_ns",
-                "unrelated_ratio", "callee_ratio"):
+                "unrelated_ratio", "callee_ratio", "curve_ns_per_line"):
         values = [r[key] for r in runs if r[key] is not None]
         out[key] = round(statistics.median(values), 3) if values else None
     out["ns_per_line_range"] = [min(r["ns_per_line"] for r in runs),

@@ -31,6 +31,7 @@ from types import CodeType
 from typing import Any, Sequence
 
 MECHANISM: str
+CURVE_MAX_POINTS: int
 """"monitoring" (sys.monitoring, 3.12+) or "settrace" (PyEval_SetTrace).
 Set PYTORCH_MEMLAB_TRACER=settrace before import to force the latter."""
 
@@ -70,8 +71,14 @@ class Tracer:
     def tool_id(self) -> int:
         """The sys.monitoring tool id, or -1."""
     def __init__(self, source: Any, device: int, columns: Sequence[str],
-                 growth_field: str | None = None) -> None:
-        """ValueError naming the valid fields if a column is unknown."""
+                 growth_field: str | None = None, curve: str | int | None = None,
+                 curve_columns: tuple[str | None, str | None] | None = None) -> None:
+        """ValueError naming the valid fields if a column is unknown.
+        ``curve``: which outermost call of each registered function to keep
+        the line events of ("peak", "first", "last", a call number >= 1, or
+        None: none); ``curve_columns``: (column read as the reserved level,
+        column read as the line's peak), each a column or None (then the
+        growth field's level)."""
     def add_code(self, code: CodeType, /) -> None: ...
     def codes(self) -> list[CodeType]: ...
     def enable(self) -> None: ...
@@ -104,3 +111,11 @@ class Tracer:
         the least net growth of the line in one call after the first (0 for a
         call it did not run in), None before the third call.  ``stats()``
         is the two folded together."""
+    def curves(self) -> list[tuple[CodeType, tuple[list[tuple[int, int, int, int, CodeType | None]],
+                                                    int, int, int, int]]]:
+        """[(code, (points, merged, call, calls, line_events)), ...] for each
+        function with a kept curve: points (lineno, growth level at the line's
+        end, reserved level at its end, peak inside it, the nested function's
+        code or None), at most CURVE_MAX_POINTS, each holding ``merged``
+        consecutive line events (their maxima); ``call`` is the outermost call
+        kept, of ``calls``."""

@@ -31,10 +31,10 @@ if TYPE_CHECKING:
 # the line magic begins: short letters and long names that take a value, and
 # those that do not.  The argparse declarations below are the other half.
 _VALUE_SHORT = frozenset("fcgT")
-_FLAG_SHORT = frozenset("Drq")
+_FLAG_SHORT = frozenset("Drqu")
 _VALUE_LONG = ("--function", "--column", "--gpu", "--dump-profile")
 _FLAG_LONG = ("--no_default_columns", "--no-default-columns", "--return-profiler", "--quiet",
-              "--by-call")
+              "--by-call", "--hide-unrun", "--hide_unrun")
 
 
 def _word(text: str, pos: int) -> tuple[str, int]:
@@ -148,6 +148,8 @@ class MemlabMagics(Magics):
               help="Also write the text table to FILE (overwritten).")
     @argument("--by-call", action="store_true",
               help="Show the first call's figures and the later calls' side by side.")
+    @argument("-u", "--hide-unrun", "--hide_unrun", action="store_true",
+              help="Leave out the lines that never ran.")
     @argument("statement", nargs="*",
               help="The code to run (line magic). In the cell magic the cell is the code.")
     @no_var_expand          # the statement is Python: {x} and $x stay as written
@@ -240,11 +242,12 @@ class MemlabMagics(Magics):
     @staticmethod
     def _report(profiler: LineProfiler, args: argparse.Namespace) -> None:
         if not args.quiet:
-            display(profiler.display(by_call=args.by_call))
+            display(profiler.display(by_call=args.by_call, hide_unrun=args.hide_unrun))
         if args.dump_profile is not None:
             path = os.path.expanduser(args.dump_profile)
             with open(path, "w", encoding="utf-8") as stream:
-                profiler.print_stats(stream=stream, by_call=args.by_call)
+                profiler.print_stats(stream=stream, by_call=args.by_call,
+                                     hide_unrun=args.hide_unrun)
 
 
 def load_ipython_extension(ipython: InteractiveShell) -> None:

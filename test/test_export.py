@@ -60,6 +60,12 @@ def prof():
     profiler.disable()
 
 
+def _no_curve(records):
+    """The records as dicts without the curve, which a CSV does not carry."""
+    return [{k: v for k, v in r.to_dict().items() if k not in ("curve", "curve_of")}
+            for r in records]
+
+
 @pytest.mark.parametrize("ext", ["json", "csv"])
 def test_round_trip_prints_and_displays_identically(prof, tmp_path, ext):
     path = tmp_path / f"profile.{ext}"
@@ -69,15 +75,20 @@ def test_round_trip_prints_and_displays_identically(prof, tmp_path, ext):
     assert text_of(saved) == text_of(prof)
     assert repr(saved) == repr(prof.display())
     assert str(saved) == str(prof.display())
-    assert saved._repr_html_() == prof.display()._repr_html_()
-    assert saved.display()._repr_html_() == prof.display()._repr_html_()
-    assert saved.stats() == prof.stats()
+    if ext == "json":
+        assert saved._repr_html_() == prof.display()._repr_html_()
+        assert saved.display()._repr_html_() == prof.display()._repr_html_()
+        assert saved.stats() == prof.stats()
+    else:   # the CSV carries no curve (issue 27): the rest is the same
+        assert "<svg" not in saved._repr_html_()
+        assert _no_curve(saved.stats()) == _no_curve(prof.stats())
     # the same selections as the live profiler
     assert text_of(saved, func="helper") == text_of(prof, func=helper)
     assert text_of(saved, func=work) == text_of(prof, func=work)
     assert text_of(saved, columns=["reserved_bytes.all.peak"]) == \
         text_of(prof, columns=["reserved_bytes.all.peak"])
-    assert saved.stats([work, "helper"], COLUMNS[:1]) == prof.stats([work, helper], COLUMNS[:1])
+    assert _no_curve(saved.stats([work, "helper"], COLUMNS[:1])) == \
+        _no_curve(prof.stats([work, helper], COLUMNS[:1]))
     with pytest.raises(ValueError, match="not a function of this profile"):
         saved.stats("nope")
     with pytest.raises(ValueError, match="was not recorded"):

@@ -67,12 +67,14 @@ def test_self_contained_with_a_bar_per_figure(profile_path):
     assert text.startswith("<!DOCTYPE html>")
     # nothing fetched: no external scripts, styles, images or fonts
     assert not re.search(r"<link|<img|<iframe|\bsrc=|@import|url\(", text)
-    assert re.findall(r"https?://[^\"' ]+", text) == ["http://www.w3.org/2000/svg"]
+    assert set(re.findall(r"https?://[^\"' ]+", text)) == {"http://www.w3.org/2000/svg"}
     figures = [line.get(c) for r in saved.stats() for line in r["lines"]
                for c in r["columns"] + ["net_growth"]]
     assert text.count('class="bar"') == sum(1 for v in figures if v)
     assert text.count('<table class="prof"') == 3
-    assert text.count("<svg") == 1 and "<polyline" in text
+    curves = sum(1 for r in saved.stats() if r.get("curve"))   # issue 27: one SVG each
+    assert text.count('<svg class="timeline"') == 1 and "<polyline" in text
+    assert text.count("<svg") == 1 + curves
     assert "#d65f5f" in text                       # shrink()'s negative net growth
 
 
@@ -91,7 +93,7 @@ def test_live_profiler_report_has_no_timeline():
     with prof:
         work(1024)
     text = render_report(prof)
-    assert "<svg" not in text and "work" in text
+    assert 'class="timeline"' not in text and "work" in text
 
 
 # ---- in Chromium -------------------------------------------------------------------
@@ -170,10 +172,11 @@ def test_chromium_shows_table_bars_and_timeline(profile_path, tmp_path):
     url = report.as_uri()
 
     shot = tmp_path / "shot.png"
-    out = chromium(tmp_path, f"--screenshot={shot}", "--window-size=1000,900", url)
+    # tall: the column legend and the curves (issue 27) come before the tables
+    out = chromium(tmp_path, f"--screenshot={shot}", "--window-size=1000,2600", url)
     assert console_messages(out.stderr) == []
     width, height, rows, bpp = read_png(shot)
-    assert (width, height) == (1000, 900)
+    assert (width, height) == (1000, 2600)
     # bars: the column colours at the bars' opacity over white, in solid blocks
     assert count_near(rows, bpp, over_white(BLUE)) > 1500
     assert count_near(rows, bpp, over_white(ORANGE)) > 1500
@@ -183,7 +186,8 @@ def test_chromium_shows_table_bars_and_timeline(profile_path, tmp_path):
     dom = chromium(tmp_path, "--dump-dom", url)
     assert console_messages(dom.stderr) == []
     assert dom.stdout.count('<table class="prof"') == 3
-    assert dom.stdout.count("<polyline") == 2
+    curves = sum(1 for r in load(profile_path).stats() if r.get("curve"))
+    assert dom.stdout.count("<polyline") == 2 + 3 * curves   # issue 27: 3 lines per curve
     assert "## " not in dom.stdout and "step" in dom.stdout
 
 

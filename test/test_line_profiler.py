@@ -358,8 +358,9 @@ def test_stats_shape(prof_factory):
     records = prof.stats()
     assert [r["qualname"] for r in records] == ["grow_then_free", "outer_calls"]
     record = records[0]
+    # a function that ran keeps the curve of one call (issue 27)
     assert set(record) == {"qualname", "filename", "first_line", "device", "columns", "lines",
-                           "calls"}
+                           "calls", "curve", "curve_of"}
     assert record["filename"] == __file__
     assert record["first_line"] == grow_then_free.__code__.co_firstlineno
     assert record["device"] == "cpu"

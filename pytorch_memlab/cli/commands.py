@@ -109,10 +109,15 @@ class ViewCommand(Verb):
         parser.add_argument("--by-call", action="store_true",
                             help="print the first call's figures and the later calls' "
                                  "side by side")
+        parser.add_argument("--hide-unrun", action="store_true",
+                            help="leave out the lines that never ran (tables and HTML report)")
+        parser.add_argument("--curve", action="store_true",
+                            help="print each function's memory curve of one call as a text "
+                                 "chart (at most 60 rows) instead of the tables")
 
     def run(self, args: argparse.Namespace) -> int:
         from .view import view
-        return view(args.profile, args.output, by_call=args.by_call)
+        return view(args.profile, args.output, args.hide_unrun, args.curve, args.by_call)
 
 
 class InfoCommand(Verb):

@@ -10,7 +10,8 @@ from .command import CommandError
 from .stdout import print_tables
 
 
-def view(path: str, output: Optional[str], by_call: bool = False) -> int:
+def view(path: str, output: Optional[str], hide_unrun: bool = False,
+         curve: bool = False, by_call: bool = False) -> int:
     if os.path.isdir(path):
         return _view_ranks(path, output)
     if not os.path.exists(path):
@@ -24,7 +25,11 @@ def view(path: str, output: Optional[str], by_call: bool = False) -> int:
         raise CommandError(f"{path}: not a saved profile (expected a .json or .csv written by "
                            f"`run -o` or save()): {reason}") from None
     if output is None:
-        print_tables(lambda: saved.print_stats(by_call=by_call))
+        if curve:
+            from ..reports.curve_text import curve_charts
+            print_tables(lambda: print(curve_charts(saved.profile)))
+        else:
+            print_tables(lambda: saved.print_stats(by_call=by_call, hide_unrun=hide_unrun))
         return 0
     ext = os.path.splitext(output)[1].lower()
     if ext not in (".html", ".htm", ".json", ".csv"):
@@ -32,7 +37,7 @@ def view(path: str, output: Optional[str], by_call: bool = False) -> int:
     try:
         if ext in (".html", ".htm"):
             from ..html_report import write_report
-            write_report(saved.to_dict(), output)
+            write_report(saved.to_dict(), output, hide_unrun=hide_unrun)
         else:
             saved.save(output)
     except OSError as exc:

@@ -19,7 +19,8 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Union
 
-__all__ = ["readable_size", "with_bytes", "iec_size", "parse_size", "SIZE_FORMS"]
+__all__ = ["readable_size", "with_bytes", "iec_size", "axis_ticks", "parse_size",
+           "SIZE_FORMS"]
 
 _SUFFIXES = ("B", "K", "M", "G", "T", "P")
 
@@ -57,6 +58,35 @@ def iec_size(num_bytes: int) -> str:
     if unit == "B":
         return f"{num_bytes} B"
     return f"{value:.2f} {unit} ({num_bytes:,} bytes)"
+
+
+def axis_ticks(top: int, most: int = 5) -> list[tuple[int, str]]:
+    """Round ticks from 0 up to at least ``top`` bytes, at most ``most`` + 1
+    of them, labelled in the unit of the largest: ``(bytes, "1.5 GiB")``."""
+    unit, name = 1, "B"
+    for size, label in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if top >= size:
+            unit, name = size, label
+            break
+    span = max(top, 1) / unit
+    step = 1.0
+    for scale in (10.0 ** k for k in range(-2, 8)):
+        for nice in (1, 2, 2.5, 5):
+            if span / (nice * scale) <= most:
+                step = nice * scale
+                break
+        else:
+            continue
+        break
+    if name == "B":
+        step = max(1.0, round(step))
+    ticks, k = [], 0
+    while True:
+        value = k * step
+        ticks.append((round(value * unit), f"{value:g} {name}"))
+        if value >= span:
+            return ticks
+        k += 1
 
 
 # ---------------------------------------------------------------- reading

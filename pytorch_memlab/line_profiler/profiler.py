@@ -18,6 +18,7 @@ from ..reports.display import ProfileDisplay, untraced_note
 from .timeline import Timeline
 from .tracers import TracerSet
 from ..records.columns import ColumnsArg, normalize_columns, pick_columns
+from ..records.curve import DEFAULT_CURVE, CurveArg, check_curve
 from .functions import CodesByIdentity, FunctionEntry, compiled_by_dynamo, resolve_function
 from .tracer_tables import Raised, build_records
 
@@ -44,7 +45,10 @@ class LineProfiler:
     and says so once on stderr.  ``target_gpu=N`` is the old spelling of
     ``device=N``.  ``columns``: fields of ``torch.cuda.memory_stats()`` to record
     (default active and reserved bytes' peaks); count and net growth of active
-    bytes are always recorded.
+    bytes are always recorded.  ``curve``: which call's line-by-line memory
+    curve each function keeps (``record["curve"]``, drawn by the HTML report
+    and ``display()``): "peak" (default: the call that reached the function's
+    peak), "first", "last", a call number N >= 1, or None for none.
 
         with LineProfiler(func, device="cpu") as prof:
             func()
@@ -52,10 +56,12 @@ class LineProfiler:
     """
 
     def __init__(self, *functions: Callable[..., Any], target_gpu: Optional[int] = None,
-                 device: DeviceArg = None, columns: ColumnsArg = None) -> None:
+                 device: DeviceArg = None, columns: ColumnsArg = None,
+                 curve: CurveArg = DEFAULT_CURVE) -> None:
         self.columns = normalize_columns(columns)
+        self.curve = check_curve(curve)
         slots, self._fell_back = resolve_devices(device, target_gpu)
-        self._tracers = TracerSet(slots, self.columns)
+        self._tracers = TracerSet(slots, self.columns, self.curve)
         self._entries: list[FunctionEntry] = []
         self._raised: Raised = {}  # by id(code): see tracer_tables.Raised
         self._stopped: set[tuple[int, int]] = set()   # (id(code), line) marked by a signal
@@ -279,7 +285,8 @@ class LineProfiler:
                                  f"(registered: {', '.join(e.qualname for e in self._entries)})")
             records = build_records(entries, self._tracers.labels(), self._tracers.stats(),
                                     self.columns, shown, self._raised,
-                                    self._tracers.call_stats())
+                                    self._tracers.call_stats(),
+                                    self._tracers.curves(), self.curve)
             return postmortem.attach(records, self._postmortem)
 
     def _untraced_notes(self, entries: list[FunctionEntry],
@@ -302,24 +309,27 @@ class LineProfiler:
         return {c: sources.field_meaning(c) for c in self.columns}
 
     def display(self, func: Any = None, columns: ColumnsArg = None,
-                by_call: bool = False) -> ProfileDisplay:
+                by_call: bool = False, hide_unrun: bool = False) -> ProfileDisplay:
         """A table of ``func`` (a function, a qualname, a list of them; None: all)
-        that renders as HTML in notebooks and as text with ``print``/``repr``.
-        ``by_call``: each device's figures of the first call and of the later
-        calls side by side."""
+        that renders as HTML in notebooks (with each function's curve above
+        its table) and as text with ``print``/``repr``.  ``by_call``: each
+        device's figures of the first call and of the later calls side by
+        side; ``hide_unrun``: leave out the lines that never ran."""
         records = self.stats(func, columns)
         with self._lock:
             notes = self._untraced_notes(self._selected(func), records)
         return ProfileDisplay(Profile(records, list(self.columns), self.devices, notes=notes,
-                                      meanings=self._meanings()), by_call)
+                                      meanings=self._meanings()), by_call, hide_unrun)
 
     def print_stats(self, func: Any = None, columns: ColumnsArg = None,
-                    stream: Optional[IO[str]] = None, by_call: bool = False) -> None:
+                    stream: Optional[IO[str]] = None, by_call: bool = False,
+                    hide_unrun: bool = False) -> None:
         """Write the text table to ``stream`` (default: sys.stdout), then a
         blank line so that tables printed one after another stay apart.
-        ``by_call``: the first call's figures and the later calls' side by side."""
+        ``by_call``: the first call's figures and the later calls' side by
+        side; ``hide_unrun``: leave out the lines that never ran."""
         out = stream if stream is not None else sys.stdout
-        out.write(repr(self.display(func, columns, by_call)) + "\n")
+        out.write(repr(self.display(func, columns, by_call, hide_unrun)) + "\n")
         out.flush()
 
     # ---- export ------------------------------------------------------------------

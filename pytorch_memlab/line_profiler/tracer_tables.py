@@ -7,8 +7,10 @@ from __future__ import annotations
 import types
 from typing import Optional, Sequence
 
+from ..records.curve import CurveArg, CurveInfo, CurvePoint
 from ..records.model import GROWTH, FunctionRecord, LineRecord
-from .tracers import CallStats, CallTable, Figures, LineTable, TracerStats
+from .tracers import (CallStats, CallTable, CurvePoints, Figures, LineTable, TracerCurves,
+                      TracerStats)
 from .functions import FunctionEntry
 from .source_text import source_lines
 
@@ -45,10 +47,20 @@ def _lines(code: types.CodeType, table: LineTable, calls: CallTable,
     return rows
 
 
+def _points(points: CurvePoints, names: dict[int, str]) -> list[CurvePoint]:
+    """The tracer's points as a record holds them: a nested line's callee by
+    qualname."""
+    return [[line, active, reserved, peak] if callee is None
+            else [line, active, reserved, peak, names.get(id(callee), callee.co_name)]
+            for line, active, reserved, peak, callee in points]
+
+
 def build_records(entries: Sequence[FunctionEntry], labels: Sequence[str],
                   per_device: Sequence[TracerStats], recorded: Sequence[str],
                   shown: Sequence[str], raised: Raised,
-                  per_call: Sequence[CallStats] = ()) -> list[FunctionRecord]:
+                  per_call: Sequence[CallStats] = (),
+                  curves: Sequence[TracerCurves] = (),
+                  choice: CurveArg = None) -> list[FunctionRecord]:
     """Records for every code object of ``entries``: the current one always,
     earlier ones (before ``__code__`` was replaced) only if they have figures."""
     records: list[FunctionRecord] = []
@@ -56,6 +68,8 @@ def build_records(entries: Sequence[FunctionEntry], labels: Sequence[str],
     by_code = [{id(code): lines for code, lines in stats} for stats in per_device]
     calls_by_code = [{id(code): calls for code, calls in stats} for stats in per_call]
     none: CallTable = (0, False, {})
+    names = {id(code): entry.qualname for entry in entries for code in entry.codes}
+    kept = [{id(code): found for code, found in device} for device in curves]
     for entry in entries:
         for code in entry.codes:
             tables = [found.get(id(code), {}) for found in by_code]
@@ -63,9 +77,16 @@ def build_records(entries: Sequence[FunctionEntry], labels: Sequence[str],
             current = code is entry.current_code
             if not current and not any(tables) and id(code) not in raised:
                 continue
-            for device, table, called in zip(labels, tables, calls):
-                records.append(FunctionRecord(
+            for d, (device, table, called) in enumerate(zip(labels, tables, calls)):
+                record = FunctionRecord(
                     entry.qualname, code.co_filename, code.co_firstlineno, device, list(shown),
                     _lines(code, table, called, recorded, shown, raised.get(id(code), {})),
-                    calls=called[0] if called[0] else None))
+                    calls=called[0] if called[0] else None)
+                found = kept[d].get(id(code)) if d < len(kept) else None
+                if found is not None and choice is not None:
+                    points, merged, call, n_calls, events = found
+                    record.curve = _points(points, names)
+                    record.curve_of = CurveInfo(choice=choice, call=call, calls=n_calls,
+                                                line_events=events, merged=merged)
+                records.append(record)
     return records

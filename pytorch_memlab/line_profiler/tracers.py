@@ -8,6 +8,7 @@ import torch
 
 from .. import native, sources
 from ..records.columns import GROWTH_FIELD, check_columns
+from ..records.curve import PEAK_FIELD, RESERVED_FIELD, CurveArg
 from ..common.devices import DeviceSlot, current_target, label
 
 # [(code, {lineno: (count, net_growth, values in column order)}), ...] in
@@ -21,12 +22,17 @@ Figures = tuple[int, int, tuple[int, ...]]
 CallTable = tuple[int, bool,
                   dict[int, tuple[Optional[Figures], Optional[Figures], Optional[int]]]]
 CallStats = list[tuple[types.CodeType, CallTable]]
+# [(code, (points, merged, call, calls, line events)), ...]: each function's
+# kept curve; a point (lineno, active, reserved, peak, callee code or None)
+CurvePoints = list[tuple[int, int, int, int, Optional[types.CodeType]]]
+TracerCurves = list[tuple[types.CodeType, tuple[CurvePoints, int, int, int, int]]]
 
 
 class TracerSet:
     """The tracers of one profiler, in the order of its device slots."""
 
-    def __init__(self, slots: Sequence[DeviceSlot], columns: tuple[str, ...]) -> None:
+    def __init__(self, slots: Sequence[DeviceSlot], columns: tuple[str, ...],
+                 curve: CurveArg = None) -> None:
         self.slots = list(slots)
         self.tracers: list[native.Tracer] = []
         for slot in self.slots:
@@ -36,9 +42,16 @@ class TracerSet:
             check_columns((GROWTH_FIELD,), fields, where)
             index = current_target() if slot.follows_target else slot.index
             assert index is not None
-            source = sources.get_source(slot.kind, tuple(columns) + (GROWTH_FIELD,))
-            self.tracers.append(native.Tracer(source, index, columns,
-                                               growth_field=GROWTH_FIELD))
+            # a curve reads its own fields whatever the columns: recorded
+            # after them, so the columns keep their places in the tables
+            extra = () if curve is None else tuple(
+                f for f in (RESERVED_FIELD, PEAK_FIELD) if f not in columns and f in fields)
+            read = tuple(columns) + extra
+            pick = (RESERVED_FIELD if RESERVED_FIELD in read else None,
+                    PEAK_FIELD if PEAK_FIELD in read else None)
+            source = sources.get_source(slot.kind, read + (GROWTH_FIELD,))
+            self.tracers.append(native.Tracer(source, index, read, growth_field=GROWTH_FIELD,
+                                               curve=curve, curve_columns=pick))
 
     @property
     def enabled(self) -> bool:
@@ -90,3 +103,5 @@ class TracerSet:
 
     def call_stats(self) -> list[CallStats]:
         return [tracer.call_stats() for tracer in self.tracers]
+    def curves(self) -> list[TracerCurves]:
+        return [tracer.curves() for tracer in self.tracers]

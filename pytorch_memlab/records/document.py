@@ -24,7 +24,11 @@ Schema version 3 (``SCHEMA_VERSION``)::
             "reserved_bytes.all.peak": null, "raised": null},
            {"lineno": 13, "code": "        h = self.linear(x)", "count": 3,
             "net_growth": 786432, "active_bytes.all.peak": 1310720,
-            "reserved_bytes.all.peak": 1310720, "raised": null}]}],
+            "reserved_bytes.all.peak": 1310720, "raised": null}],
+         "curve": [[13, 786432, 2097152, 1310720],    # optional, see below
+                   [21, 786432, 2097152, 1048576, "Net.block"]],
+         "curve_of": {"choice": "peak", "call": 2, "calls": 3, "line_events": 2,
+                      "merged": 1}}],
       "timeline": [                                  # profile_every only, else []
         {"call": 1, "device": "cpu", "active_bytes": 1048576,
          "reserved_bytes": 1048576}],
@@ -64,11 +68,20 @@ figures where the line did not run in them); after 3 or more calls a line that
 ran has ``"growth_per_call"``: the least net growth of one call after the
 first when it grew in each of them, else 0.  Older files have none of these
 keys, and read as not recorded.
+``curve`` and ``curve_of`` (new in version 3; ``records.curve``): the line
+events of one call of the function on that device, in order, each
+``[lineno, active bytes at the line's end, reserved bytes at its end, peak
+active bytes inside it]`` plus the callee's qualname for a line of a nested
+profiled call; ``curve_of`` says which call (``choice``: "peak", "first",
+"last" or a call number) and how many line events each point holds
+(``merged``).  A record without a curve has neither key; older files load
+with no curve.
 """
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from .curve import CurveInfo, CurvePoint
 from .meanings import KINDS, UNITS, Field, torch_meaning
 from .model import (GROWTH, VERSION_KEYS, FunctionRecord, LineRecord, Profile,
                     TimelineRow)
@@ -198,7 +211,35 @@ class _Reader:
                    for i, line in enumerate(lines)],
             postmortem=postmortem,
             calls=self.typed(obj, "calls", int, place, "an integer or null", optional=True)
-            if "calls" in obj else None)
+            if "calls" in obj else None,
+            curve=self.curve(obj["curve"], f"{place}.curve") if "curve" in obj else None,
+            curve_of=self.curve_of(obj.get("curve_of"), f"{place}.curve_of")
+            if "curve" in obj else None)
+
+    def curve(self, obj: Any, place: str) -> list[CurvePoint]:
+        accepted = "[lineno, active, reserved, line_peak] (integers), then a callee's qualname"
+        if not isinstance(obj, list):
+            raise self.fail(place, f"it is {_show(obj)}; expected a list of points")
+        for i, point in enumerate(obj):
+            ints = point[:4] if isinstance(point, list) else []
+            if (len(ints) != 4 or len(point) > 5
+                    or not all(isinstance(v, int) and not isinstance(v, bool) for v in ints)
+                    or (len(point) == 5 and not isinstance(point[4], str))):
+                raise self.fail(f"{place}[{i}]", f"it is {_show(point)}; expected {accepted}")
+        return [list(point) for point in obj]
+
+    def curve_of(self, obj: Any, place: str) -> CurveInfo:
+        if not isinstance(obj, dict):
+            raise self.fail(place, f"it is {_show(obj)}; expected an object")
+        choice = obj.get("choice")
+        if not isinstance(choice, (str, int)):
+            raise self.fail(place, f"'choice' is {_show(choice)}; expected \"peak\", "
+                            "\"first\", \"last\" or a call number")
+        return CurveInfo(choice=choice,
+                         call=self.typed(obj, "call", int, place, "an integer"),
+                         calls=self.typed(obj, "calls", int, place, "an integer"),
+                         line_events=self.typed(obj, "line_events", int, place, "an integer"),
+                         merged=self.typed(obj, "merged", int, place, "an integer"))
 
     def meanings(self, obj: Any) -> dict[str, Field]:
         if not isinstance(obj, dict):

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, TypedDict
 
+from .curve import CurveInfo, CurvePoint
 from .meanings import Field, torch_meaning
 
 # Net growth of active bytes: always recorded, shown after the chosen columns.
@@ -111,6 +112,8 @@ class FunctionRecord(_ReadsAsDict):
     lines: list[LineRecord]
     postmortem: Optional[dict[str, Any]] = None   # where an out-of-memory error escaped
     calls: Optional[int] = None       # outermost calls it ran in; None: not recorded
+    curve: Optional[list[CurvePoint]] = None      # one call's line events (records.curve)
+    curve_of: Optional[CurveInfo] = None          # which call that is, how it was kept
 
     @property
     def ran(self) -> bool:
@@ -124,19 +127,27 @@ class FunctionRecord(_ReadsAsDict):
     def _keys(self) -> tuple[str, ...]:
         keys: tuple[str, ...] = ("qualname", "filename", "first_line", "device", "columns",
                                  "lines")
-        keys += ("postmortem",) if self.postmortem is not None else ()
-        return keys + ("calls",) if self.calls is not None else keys
+        if self.postmortem is not None:
+            keys += ("postmortem",)
+        if self.calls is not None:
+            keys += ("calls",)
+        if self.curve is not None:
+            keys += ("curve", "curve_of")
+        return keys
 
     def project(self, columns: Sequence[str]) -> FunctionRecord:
         """The same function with only ``columns``."""
         return FunctionRecord(self.qualname, self.filename, self.first_line, self.device,
                               list(columns), [line.project(columns) for line in self.lines],
-                              self.postmortem, self.calls)
+                              self.postmortem, self.calls, self.curve, self.curve_of)
 
     def to_dict(self) -> dict[str, Any]:
         data = dict(self.items())
         data["columns"] = list(self.columns)
         data["lines"] = [line.to_dict() for line in self.lines]
+        if self.curve is not None:
+            data["curve"] = [list(point) for point in self.curve]
+            data["curve_of"] = dict(self.curve_of or {})
         return data
 
 

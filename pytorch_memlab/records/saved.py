@@ -97,14 +97,16 @@ class SavedProfile:
         return [r.project(shown) for r in records]
 
     def display(self, func: Any = None, columns: Any = None,
-                by_call: bool = False) -> "ProfileDisplay":
+                by_call: bool = False, hide_unrun: bool = False) -> "ProfileDisplay":
         from ..reports.display import ProfileDisplay
-        return ProfileDisplay(self.profile.select(self.stats(func, columns)), by_call)
+        return ProfileDisplay(self.profile.select(self.stats(func, columns)), by_call,
+                              hide_unrun)
 
     def print_stats(self, func: Any = None, columns: Any = None,
-                    stream: Optional[IO[str]] = None, by_call: bool = False) -> None:
+                    stream: Optional[IO[str]] = None, by_call: bool = False,
+                    hide_unrun: bool = False) -> None:
         out = stream if stream is not None else sys.stdout
-        out.write(repr(self.display(func, columns, by_call)) + "\n")
+        out.write(repr(self.display(func, columns, by_call, hide_unrun)) + "\n")
         out.flush()
 
     def __repr__(self) -> str:

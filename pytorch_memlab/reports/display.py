@@ -19,10 +19,16 @@ def untraced_note(qualname: str, calls: int, compiled: bool) -> str:
 
 
 class ProfileDisplay:
-    def __init__(self, profile: Profile, by_call: bool = False) -> None:
+    """``by_call``: first call and later calls apart; ``hide_unrun``: leave out
+    the lines that never ran, in both forms."""
+
+    def __init__(self, profile: Profile, by_call: bool = False,
+                 hide_unrun: bool = False) -> None:
         self.profile = profile
-        self.text: Reporter[Profile] = reporter_for("text", by_call=by_call)
-        self.notebook: Reporter[Profile] = reporter_for("notebook", by_call=by_call)
+        self.text: Reporter[Profile] = reporter_for("text", by_call=by_call,
+                                                    hide_unrun=hide_unrun)
+        self.notebook: Reporter[Profile] = reporter_for("notebook", by_call=by_call,
+                                                        hide_unrun=hide_unrun)
 
     @property
     def records(self) -> list:   # type: ignore[type-arg]

@@ -6,7 +6,9 @@ scaled to the largest figure of that column in the report; click a column's
 heading to sort the lines by it (again to reverse, "line" for source order;
 ``report.html#sort=cpu/active_bytes.all.peak`` opens sorted).
 For a ``profile_every`` function, an SVG timeline of active and reserved bytes
-after each call.
+after each call.  Above each function's table, the memory curve of its kept
+call (``curve_svg``): hover a point for its line, code and figures, click it
+to go to that line's row.  A legend says what each column means.
 
     from pytorch_memlab.html_report import write_report
     write_report(profiler, "report.html")      # or a SavedProfile, or a saved file's path
@@ -23,6 +25,8 @@ from ..records.document import from_document
 from ..records.model import Profile, TimelineRow
 from .base import Reporter
 from .notebook import COLORS, SHRINK
+from .curve_svg import caption, curve_data, curve_svg
+from .legend import UNIT_NOTE, legend_rows
 from .sections import Figure, Table, render_sections, title
 _ACTIVE, _RESERVED = COLORS[0], COLORS[1]
 
@@ -49,6 +53,72 @@ table.prof b.raised{color:#b00}
 .timeline text{font:11px monospace;fill:#444}
 .legend{font-size:12px;margin:2px 0 0}
 .legend i{display:inline-block;width:18px;height:3px;vertical-align:middle;margin:0 4px 0 10px}
+table.prof tr.hl td{background:#fff3b0}
+div.curve{position:relative;margin:4px 0 8px}
+div.curve .cap{color:#666;font-size:12px;margin:0}
+div.curvetip{position:absolute;pointer-events:none;background:#fff;border:1px solid #999;
+ padding:4px 6px;font:12px monospace;white-space:pre;box-shadow:0 1px 4px #0003;z-index:2}
+details.columns{font-size:12px;margin:6px 0 0} details.columns dt{font-family:monospace;
+ font-weight:bold;margin-top:4px} details.columns dd{margin:0 0 0 16px}
+"""
+
+# Hover and click on a curve: the nearest point's line, code and figures in a
+# tip; a click scrolls to that line's row (in the callee's table for a nested
+# call's line) and highlights it.
+_CURVE_JS = """
+function memlabSize(b) {
+  var u = ["B", "K", "M", "G", "T"], v = Math.abs(b), i = 0;
+  while (v >= 1024 && i < u.length - 1) { v /= 1024; i++; }
+  return (b < 0 ? "-" : "") + v.toFixed(2) + u[i];
+}
+document.querySelectorAll("div.curve").forEach(function (box) {
+  var d = JSON.parse(box.querySelector("script.curve-data").textContent);
+  var svg = box.querySelector("svg"), tip = box.querySelector("div.curvetip");
+  var mark = svg.querySelector(".mark"), rule = svg.querySelector(".rule");
+  var g = d.geom, n = d.line.length;
+  function owner(i) { return d.callee[i] < 0 ? d.self : d.callees[d.callee[i]]; }
+  function xOf(i) { return g.left + g.width * (n > 1 ? i / (n - 1) : 0.5); }
+  function yOf(v) { return g.top + g.height * (1 - v / g.max); }
+  function at(ev) {
+    var r = svg.getBoundingClientRect(), sx = (ev.clientX - r.left) * g.vw / r.width;
+    var i = n > 1 ? Math.round((sx - g.left) / g.width * (n - 1)) : 0;
+    return Math.max(0, Math.min(n - 1, i));
+  }
+  function show(i, ev) {
+    var who = owner(i), code = (d.code[who] || {})[d.line[i]] || "";
+    tip.textContent = "event " + (i + 1) + ": line " + d.line[i]
+      + (d.callee[i] < 0 ? "" : " (in " + who + ")") + "\\n" + code.trim()
+      + "\\nactive " + memlabSize(d.active[i]) + "  reserved " + memlabSize(d.reserved[i])
+      + "  peak in line " + memlabSize(d.peak[i]);
+    var r = svg.getBoundingClientRect(), scale = r.width / g.vw;
+    var px = xOf(i) * scale, py = yOf(d.active[i]) * scale;
+    tip.style.left = Math.min(px + 12, r.width - 260) + "px";
+    tip.style.top = Math.max(py - 60, 0) + "px";
+    tip.hidden = false;
+    mark.setAttribute("cx", xOf(i)); mark.setAttribute("cy", yOf(d.active[i]));
+    rule.setAttribute("x1", xOf(i)); rule.setAttribute("x2", xOf(i));
+    mark.setAttribute("visibility", "visible"); rule.setAttribute("visibility", "visible");
+    box.dataset.at = i;
+  }
+  function go(i) {
+    var who = owner(i), section = null;
+    document.querySelectorAll("section[data-qualname]").forEach(function (s) {
+      if (!section && s.dataset.qualname === who) { section = s; }
+    });
+    if (d.callee[i] < 0) { section = box.closest("section"); }
+    var row = section && section.querySelector('tr[data-line="' + d.line[i] + '"]');
+    if (!row) { return; }
+    document.querySelectorAll("tr.hl").forEach(function (o) { o.classList.remove("hl"); });
+    row.classList.add("hl");
+    row.scrollIntoView({block: "center"});
+  }
+  svg.addEventListener("mousemove", function (ev) { show(at(ev), ev); });
+  svg.addEventListener("mouseleave", function () {
+    tip.hidden = true; mark.setAttribute("visibility", "hidden");
+    rule.setAttribute("visibility", "hidden");
+  });
+  svg.addEventListener("click", function (ev) { go(at(ev)); });
+});
 """
 
 # Sorts a table's rows by the data-v of the clicked column; empty cells last.
@@ -112,6 +182,13 @@ def _figure(figure: Figure) -> str:
     return f'<td class="fig" data-v="{value}" title="{value:,}">{bar}<span>{text}</span></td>'
 
 
+def _curve(view: Any) -> str:
+    return (f'<div class="curve"><p class="cap">{html.escape(caption(view))}</p>'
+            f"{curve_svg(view)}<div class=\"curvetip\" hidden></div>"
+            f'<script type="application/json" class="curve-data">{curve_data(view)}</script>'
+            "</div>")
+
+
 def _section(section: Table) -> str:
     columns = section.columns
     groups = "".join(f'<th class="group" colspan="{len(columns)}">{html.escape(d)}</th>'
@@ -141,8 +218,12 @@ def _section(section: Table) -> str:
     where = f"{section.filename}:{section.first_line}"
     pm = section.postmortem
     after = "" if pm is None else f"<pre>{html.escape(pm)}</pre>"
-    return (f"<section><h2>{html.escape(section.qualname)}</h2>"
-            f'<p class="where">{html.escape(where)}</p>'
+    hidden = (f" &middot; {section.hidden} line{'s' if section.hidden != 1 else ''} that "
+              "never ran not shown" if section.hidden else "")
+    return (f'<section data-qualname="{html.escape(section.qualname)}">'
+            f"<h2>{html.escape(section.qualname)}</h2>"
+            f'<p class="where">{html.escape(where)}{hidden}</p>'
+            f"{''.join(_curve(view) for view in section.curves)}"
             f'<table class="prof"><thead><tr>{groups}<th colspan="3"></th></tr>'
             f"<tr>{''.join(heads)}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
             f"{after}</section>")
@@ -230,31 +311,46 @@ def _meta(profile: Profile) -> str:
     return " &middot; ".join(bits)
 
 
-def _body(profile: Profile) -> list[str]:
-    return ([f'<p class="meta">{_meta(profile)}</p>', _timeline(profile.timeline)]
-            + render_sections(profile, _HtmlStyle()))
+def _legend(profile: Profile) -> str:
+    """What each column means, and the size units."""
+    rows = legend_rows(profile.columns, [profile.meaning(c) for c in profile.columns])
+    items = "".join(f"<dt>{html.escape(name)}</dt><dd>{html.escape(text)}</dd>"
+                    for name, text in rows)
+    return (f'<details class="columns" open><summary>What the columns mean</summary>'
+            f"<dl>{items}</dl><p>{html.escape(UNIT_NOTE)}</p></details>")
+
+
+def _body(profile: Profile, hide_unrun: bool = False) -> list[str]:
+    return ([f'<p class="meta">{_meta(profile)}</p>', _legend(profile),
+             _timeline(profile.timeline)]
+            + render_sections(profile, _HtmlStyle(), hide_unrun=hide_unrun))
 
 
 def _page(title_text: str, body: Sequence[str], script: str = "") -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title_text)}</title><style>{_CSS}</style></head>\n"
             f"<body>\n<h1>{html.escape(title_text)}</h1>{''.join(body)}\n"
-            f"<script>{_JS}{script}</script>\n</body></html>\n")
+            f"<script>{_JS}{_CURVE_JS}{script}</script>\n</body></html>\n")
 
 
 class HtmlReport:
-    """The report page of one profile (a ``Reporter[Profile]``)."""
+    """The report page of one profile (a ``Reporter[Profile]``);
+    ``hide_unrun``: leave out the lines that never ran."""
 
-    def __init__(self, title_text: str = "pytorch_memlab line profile") -> None:
+    def __init__(self, title_text: str = "pytorch_memlab line profile",
+                 hide_unrun: bool = False) -> None:
         self.title_text = title_text
+        self.hide_unrun = hide_unrun
 
     def render(self, profile: Profile) -> str:
-        return _page(self.title_text, _body(profile))
+        return _page(self.title_text, _body(profile, self.hide_unrun))
 
 
-def render_report(profile: ProfileArg, title_text: str = "pytorch_memlab line profile") -> str:
-    """The report as one HTML string."""
-    reporter: Reporter[Profile] = HtmlReport(title_text)
+def render_report(profile: ProfileArg, title_text: str = "pytorch_memlab line profile",
+                  hide_unrun: bool = False) -> str:
+    """The report as one HTML string; ``hide_unrun``: leave out lines that
+    never ran."""
+    reporter: Reporter[Profile] = HtmlReport(title_text, hide_unrun)
     return reporter.render(_profile(profile))
 
 

@@ -1,10 +1,14 @@
-"""The HTML table a notebook shows: inline CSS only (bars are gradients), no JS."""
+"""The HTML table a notebook shows: inline CSS only (bars are gradients), no JS.
+Above a function's table, the memory curve of its kept call (``curve_svg``):
+hovering shows a line's figures (SVG titles), clicking goes to its row."""
 from __future__ import annotations
 
+import hashlib
 import html
 from typing import Optional
 
 from ..records.model import Profile
+from .curve_svg import caption, curve_svg, row_anchor
 from .sections import Table, render_sections, title
 
 # Seaborn's "muted" cycle, as the old tool used.
@@ -28,7 +32,13 @@ def _bar(value: Optional[int], scale: int, color: str) -> str:
             f"transparent {pct:.1f}%);")
 
 
-def _section(section: Table) -> str:
+def _curves(section: Table, anchor: str) -> str:
+    return "".join(f'<p style="font-family:monospace;font-size:12px;color:#666;margin:4px 0">'
+                   f"{html.escape(caption(view))}</p>{curve_svg(view, anchor)}"
+                   for view in section.curves)
+
+
+def _section(section: Table, anchor: str) -> str:
     columns = section.columns
     head1 = "".join(f'<th colspan="{len(columns)}" style="{_TH};text-align:center">'
                     f"{html.escape(d)}</th>" for d in section.groups)
@@ -44,20 +54,28 @@ def _section(section: Table) -> str:
         code = html.escape(row.code) + (
             f' <b style="color:#b00">{html.escape(row.note)}</b>' if row.note else "")
         row_style = f' style="{_RAISED}"' if row.note else ""
-        body.append(f"<tr{row_style}>{''.join(tds)}"
+        row_id = html.escape(row_anchor(anchor, section.qualname, row.lineno))
+        body.append(f'<tr id="{row_id}"{row_style}>{"".join(tds)}'
                     f'<td style="{_TD}">{row.count}</td>'
                     f'<td style="{_TD}">{row.lineno}</td>'
                     f'<td style="{_CODE}">{code}</td></tr>')
     pm = section.postmortem
     after = "" if pm is None else f"<pre>{html.escape(pm)}</pre>"
     return (f'<h3 style="font-family:monospace">{html.escape(section.qualname)}</h3>'
+            f"{_curves(section, anchor)}"
             f'<table style="{_TABLE}"><thead><tr>{head1}</tr><tr>{head2}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table>{after}")
 
 
 class _NotebookStyle:
+    def __init__(self, profile: Profile) -> None:
+        # row ids: the same profile renders the same, other profiles' differ
+        names = "\0".join(f"{r.filename}:{r.first_line}:{r.device}" for r in profile.functions)
+        self.anchor = "memlab" + hashlib.sha1(names.encode()).hexdigest()[:8]
+
     def section(self, table: Table) -> str:
-        return _section(table) + "".join(f"<p>{html.escape(n)}</p>" for n in table.notes)
+        return _section(table, self.anchor) + "".join(
+            f"<p>{html.escape(n)}</p>" for n in table.notes)
 
     def note(self, text: str) -> str:
         return f"<p>{html.escape(text)}</p>"
@@ -65,12 +83,16 @@ class _NotebookStyle:
 
 class NotebookReport:
     """What a notebook shows for ``display()`` (``_repr_html_``; a
-    ``Reporter[Profile]``); ``by_call``: first call and later calls apart."""
+    ``Reporter[Profile]``); ``by_call``: first call and later calls apart;
+    ``hide_unrun``: leave out lines that never ran.  One blank line (an empty
+    paragraph's margin) between tables."""
 
-    def __init__(self, by_call: bool = False) -> None:
+    def __init__(self, by_call: bool = False, hide_unrun: bool = False) -> None:
         self.by_call = by_call
+        self.hide_unrun = hide_unrun
 
     def render(self, profile: Profile) -> str:
-        parts = render_sections(profile, _NotebookStyle(), self.by_call)
-        return ('<div class="pytorch-memlab">' + "\n".join(parts) + "</div>"
+        parts = render_sections(profile, _NotebookStyle(profile), self.by_call, self.hide_unrun)
+        return ('<div class="pytorch-memlab">' + '\n<div style="height:1em"></div>\n'.join(parts)
+                + "</div>"
                 + "".join(f"<p>{html.escape(note)}</p>" for note in profile.notes))

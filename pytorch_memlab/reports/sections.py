@@ -10,6 +10,7 @@ from typing import Any, Optional, Protocol, Sequence
 from ..common.sizes import readable_size
 from ..records.model import GROWTH, FunctionRecord, LineRecord, Profile
 from .calls import COUNT, PARTS, first_call_note, grows_note, part_figure
+from .curve_svg import CurveView
 from .postmortem_text import format_postmortem
 
 GROWTH_TITLE = ("active_bytes", "net growth")
@@ -147,6 +148,8 @@ class Table:
     rows: list[Row]
     postmortem: Optional[str] = None   # the formatted post-mortem, if any
     notes: list[str] = field(default_factory=list)   # under the table (first call apart)
+    curves: list[CurveView] = field(default_factory=list)   # one per device that kept one
+    hidden: int = 0                    # lines left out: they never ran (hide_unrun)
 
 
 def _by_call_figures(section: Section, lines: Sequence[LineRecord], columns: Sequence[str],
@@ -159,14 +162,35 @@ def _by_call_figures(section: Section, lines: Sequence[LineRecord], columns: Seq
             for c, column in enumerate(columns)]
 
 
+def _curves(section: Section, code: dict[str, dict[int, str]]) -> list[CurveView]:
+    """A view of each device's curve, with the code of the lines it names."""
+    views = []
+    for record in section.records:
+        if record.curve is None or record.curve_of is None or not record.curve:
+            continue
+        named: dict[str, dict[int, str]] = {}
+        for p in record.curve:
+            owner = p[4] if len(p) > 4 else section.qualname
+            lines = named.setdefault(owner, {})
+            if p[0] not in lines:
+                lines[p[0]] = code.get(owner, {}).get(p[0], "")
+        views.append(CurveView(section.qualname, record.device, record.curve, record.curve_of,
+                               named))
+    return views
+
+
 def _table(section: Section, profile: Profile, full: dict[tuple[str, str], int],
-           by_call: bool = False) -> Table:
+           code: dict[str, dict[int, str]], by_call: bool, hide_unrun: bool) -> Table:
     columns = section.columns + ([COUNT] if by_call else [])
     units = ["count" if c == COUNT else profile.unit(c) for c in columns]
     groups = ([f"{device}, {label}" for device in section.devices for label, _ in PARTS]
               if by_call else section.devices)
     rows = []
+    hidden = 0
     for first, lines in section.rows():
+        if hide_unrun and not any(line.ran for line in lines) and not first.raised:
+            hidden += 1
+            continue
         if by_call:
             figures = _by_call_figures(section, lines, columns, units)
         else:
@@ -180,7 +204,7 @@ def _table(section: Section, profile: Profile, full: dict[tuple[str, str], int],
     notes = [] if by_call else [n for n in map(first_call_note, section.records) if n]
     return Table(section.qualname, section.filename, section.first_line, groups,
                  columns, rows, None if pm is None else format_postmortem(pm, section.qualname),
-                 notes)
+                 notes, _curves(section, code), hidden)
 
 
 class Style(Protocol):
@@ -191,14 +215,33 @@ class Style(Protocol):
     def note(self, text: str) -> str: ...
 
 
-def render_sections(profile: Profile, style: Style, by_call: bool = False) -> list[str]:
-    """The one section renderer: each function that ran as ``style`` shows it,
-    then the note on those that did not (or on there being none).  ``by_call``:
-    each device's columns twice, for the first call and for the later ones."""
+def source_code(functions: Sequence[FunctionRecord]) -> dict[str, dict[int, str]]:
+    """qualname -> lineno -> source text, for finding a curve point's code."""
+    code: dict[str, dict[int, str]] = {}
+    for record in functions:
+        code.setdefault(record.qualname, {l.lineno: l.code for l in record.lines})
+    return code
+
+
+def tables(profile: Profile, by_call: bool = False,
+           hide_unrun: bool = False) -> tuple[list[Table], list[str]]:
+    """(a ``Table`` per function that ran, qualnames of those that did not)."""
     shown, idle = sections(profile.functions)
     full = scales(shown)
-    parts = [style.section(_table(s, profile, full, by_call)) for s in shown]
-    note = idle_note(idle, bool(shown))
+    code = source_code(profile.functions)
+    return [_table(s, profile, full, code, by_call, hide_unrun) for s in shown], idle
+
+
+def render_sections(profile: Profile, style: Style, by_call: bool = False,
+                    hide_unrun: bool = False) -> list[str]:
+    """The one section renderer: each function that ran as ``style`` shows it,
+    then the note on those that did not (or on there being none).  ``by_call``:
+    each device's columns twice, for the first call and for the later ones;
+    ``hide_unrun``: leave out the lines that never ran (a docstring, a branch
+    not taken)."""
+    shown_tables, idle = tables(profile, by_call, hide_unrun)
+    parts = [style.section(table) for table in shown_tables]
+    note = idle_note(idle, bool(shown_tables))
     if note:
         parts.append(style.note(note))
     return parts

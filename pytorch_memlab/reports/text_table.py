@@ -71,13 +71,16 @@ class _TextStyle:
 
 class TextReport:
     """What ``print_stats`` and ``repr`` show (a ``Reporter[Profile]``);
-    ``by_call``: first call and later calls side by side."""
+    ``by_call``: first call and later calls side by side; ``hide_unrun``:
+    leave out the lines that never ran.  Each table ends with its newline, and
+    one blank line separates it from the next."""
 
-    def __init__(self, by_call: bool = False) -> None:
+    def __init__(self, by_call: bool = False, hide_unrun: bool = False) -> None:
         self.by_call = by_call
+        self.hide_unrun = hide_unrun
 
     def render(self, profile: Profile) -> str:
-        text = "\n\n".join(render_sections(profile, _TextStyle(), self.by_call))
+        text = "\n".join(render_sections(profile, _TextStyle(), self.by_call, self.hide_unrun))
         for note in profile.notes:
             text += note + "\n"
         return text

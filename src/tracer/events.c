@@ -116,6 +116,9 @@ commit_line(TracerObject *t, ThreadStack *stack, int i, int64_t level, int next_
                                          t->sampler.folds) < 0) {
         t->memory_errors++;
     }
+    if (f->line >= 0 && t->curves.choice != CURVE_OFF) {
+        curve_line_ended(&t->curves, stack, i, f->line, level, pending);
+    }
     memset(pending, 0, sizeof(int64_t) * (size_t)n);
     f->line = next_line;
     f->counted = 1;
@@ -156,6 +159,10 @@ push_frame(TracerObject *t, ThreadStack *stack, LineTable *table, int line,
     f->line = line;
     f->counted = 0;      /* a resumed line was counted before it yielded */
     f->start_level = level;
+    f->curve = NULL;
+    if (t->curves.choice != CURVE_OFF) {
+        curve_frame_pushed(&t->curves, stack, stack->depth - 1);
+    }
     return f;
 }
 
@@ -249,6 +256,7 @@ tracer_on_leave(TracerObject *t, LineTable *table)
         int top = stack->depth - 1;
         int64_t end = read_ok ? level : stack->frames[top].start_level;
         commit_line(t, stack, top, end, -1);
+        curve_frame_popping(&t->curves, stack, top);
         stack->depth--;
     }
     if (stack->depth == 0) {
@@ -271,6 +279,7 @@ tracer_close_all_frames(TracerObject *t)
         while (stack->depth > 0) {
             int top = stack->depth - 1;
             commit_line(t, stack, top, read_ok ? level : stack->frames[top].start_level, -1);
+            curve_frame_popping(&t->curves, stack, top);
             stack->depth--;
         }
         if (open) {

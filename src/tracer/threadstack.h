@@ -5,6 +5,8 @@
 #include "linetable.h"
 #include "threadtable.h"
 
+struct Curve;
+
 /* One running (or resumed) profiled frame and its current line. */
 typedef struct {
     LineTable *table;      /* Borrowed: the tracer's CodeMap owns it. */
@@ -12,6 +14,7 @@ typedef struct {
     int counted;           /* 0 when the line continues an execution counted
                               before a yield */
     int64_t start_level;   /* growth field's value when the line began */
+    struct Curve *curve;   /* Borrowed: its function's curve (curve.h); NULL: none */
 } Frame;
 
 /* The profiled frames of one thread, innermost last.  pending holds, per

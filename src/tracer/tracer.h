@@ -5,6 +5,7 @@
 
 #include "callfigures.h"
 #include "codemap.h"
+#include "curve.h"
 #include "sampler.h"
 #include "threadstack.h"
 
@@ -29,6 +30,7 @@ typedef struct TracerObject {
     tracer_state state;
     Py_ssize_t sample_errors;      /* readings that failed (reported at stats()) */
     Py_ssize_t memory_errors;      /* commits lost to a failed allocation */
+    CurveSet curves;               /* the memory curve of one call per function */
     int tool_id;                   /* sys.monitoring tool id, -1 when none */
     int open_stacks;               /* threads with a profiled frame open: 0
                                       between calls (callfigures.h) */

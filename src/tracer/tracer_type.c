@@ -4,18 +4,69 @@
 #include <limits.h>
 #include <stdlib.h>
 
+/* Tracer(curve_columns=(reserved, peak)): which columns a curve point reads
+ * for the reserved level and the line's peak; None (or a None item): the
+ * growth field's level. */
+static int
+curve_columns_init(TracerObject *self, PyObject *names)
+{
+    int ret = -1;
+    PyObject *items = NULL, *columns = NULL;
+    int *targets[2] = {&self->curves.reserved_column, &self->curves.peak_column};
+    if (names == Py_None) {
+        return 0;
+    }
+    items = PySequence_Tuple(names);
+    if (items == NULL) {
+        goto error;
+    }
+    if (PyTuple_GET_SIZE(items) != 2) {
+        PyErr_SetString(PyExc_ValueError, "curve_columns must be (reserved level column, "
+                        "peak column), each a column name or None");
+        goto error;
+    }
+    columns = sampler_columns(&self->sampler);
+    if (columns == NULL) {
+        goto error;
+    }
+    for (int k = 0; k < 2; k++) {
+        PyObject *name = PyTuple_GET_ITEM(items, k);
+        if (name == Py_None) {
+            continue;
+        }
+        Py_ssize_t at = PySequence_Index(columns, name);
+        if (at < 0) {
+            PyErr_Format(PyExc_ValueError, "curve_columns: %R is not one of the columns %R",
+                         name, columns);
+            goto error;
+        }
+        *targets[k] = (int)at;
+    }
+    ret = 0;
+error:
+    Py_XDECREF(items);
+    Py_XDECREF(columns);
+    return ret;
+}
+
 static int
 Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"source", "device", "columns", "growth_field", NULL};
-    PyObject *source, *columns, *growth = Py_None;
+    static char *kwlist[] = {"source", "device", "columns", "growth_field", "curve",
+                             "curve_columns", NULL};
+    PyObject *source, *columns, *growth = Py_None, *curve = Py_None, *curve_columns = Py_None;
     int device;
     if (self->interval != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Tracer is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OiO|O:Tracer", kwlist,
-                                     &source, &device, &columns, &growth)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OiO|OOO:Tracer", kwlist,
+                                     &source, &device, &columns, &growth, &curve,
+                                     &curve_columns)) {
+        return -1;
+    }
+    curveset_init(&self->curves);
+    if (curveset_parse_choice(&self->curves, curve) < 0) {
         return -1;
     }
     if (PyUnicode_Check(columns)) {
@@ -31,6 +82,12 @@ Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds)
     if (self->interval == NULL) {
         sampler_dealloc(&self->sampler);
         PyErr_NoMemory();
+        return -1;
+    }
+    if (curve_columns_init(self, curve_columns) < 0) {
+        free(self->interval);
+        self->interval = NULL;
+        sampler_dealloc(&self->sampler);
         return -1;
     }
     codemap_init(&self->codes);
@@ -235,6 +292,7 @@ Tracer_clear(TracerObject *self, PyObject *args, PyObject *kwds)
     if (!keep_calls) {
         callfigures_clear_clock(&self->clock);
     }
+    curveset_clear(&self->curves);
     self->sample_errors = self->memory_errors = 0;
     Py_RETURN_NONE;
 }
@@ -242,13 +300,14 @@ Tracer_clear(TracerObject *self, PyObject *args, PyObject *kwds)
 static int
 warn_lost(TracerObject *self)
 {
-    if (self->sample_errors == 0 && self->memory_errors == 0) {
+    Py_ssize_t lost = self->memory_errors + self->curves.memory_errors;
+    if (self->sample_errors == 0 && lost == 0) {
         return 0;
     }
     return PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
                             "pytorch_memlab: %zd readings of the memory source failed and "
                             "%zd line records were lost to memory errors; figures are partial",
-                            self->sample_errors, self->memory_errors);
+                            self->sample_errors, lost);
 }
 
 static PyObject *
@@ -293,6 +352,15 @@ Tracer_call_stats(TracerObject *self, PyObject *unused)
         Py_XDECREF(calls);
     }
     return result;
+}
+
+static PyObject *
+Tracer_curves(TracerObject *self, PyObject *unused)
+{
+    if (!tracer_ready(self)) {
+        return NULL;
+    }
+    return curveset_to_list(&self->curves);
 }
 
 static PyObject *
@@ -357,6 +425,7 @@ Tracer_dealloc(TracerObject *self)
     }
     codemap_dealloc(&self->codes);
     threadstacks_dealloc(&self->threads);
+    curveset_dealloc(&self->curves);
     sampler_dealloc(&self->sampler);
     free(self->interval);
     type->tp_free(self);
@@ -378,6 +447,9 @@ static PyMethodDef Tracer_methods[] = {
      "[(code, {line: (count, net_growth, values)}), ...] in registration order"},
     {"call_stats", (PyCFunction)Tracer_call_stats, METH_NOARGS,
      "[(code, (calls, {line: (first, later, least_growth)})), ...] in registration order"},
+    {"curves", (PyCFunction)Tracer_curves, METH_NOARGS,
+     "[(code, (points, merged, call, calls, events)), ...]: each function's kept "
+     "curve; a point is (line, active, reserved, peak, callee code or None)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -425,6 +497,7 @@ tracer_type_init(PyObject *module)
     int rc = PyModule_AddObject(module, "Tracer", type);
     if (rc < 0) {
         Py_DECREF(type);
+        return rc;
     }
-    return rc;
+    return PyModule_AddIntConstant(module, "CURVE_MAX_POINTS", MEMLAB_CURVE_MAX_POINTS);
 }
