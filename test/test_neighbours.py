@@ -93,6 +93,38 @@ def test_memory_profiler_inside_ours(tmp_path):
     }, out
 
 
+MP_OUTER = '''\
+import torch
+import memory_profiler
+from pytorch_memlab import profile
+
+
+@memory_profiler.profile
+@profile(device="cpu")
+def work():
+    a = torch.ones(1 << 21)  # 8 MiB
+    b = torch.ones(1 << 20)  # 4 MiB
+    return a.numel() + b.numel()
+
+
+work()
+'''
+
+
+def test_memory_profiler_around_ours(tmp_path):
+    pytest.importorskip("memory_profiler")
+    out = run(tmp_path, MP_OUTER)
+    # it reads our wrapper's __code__: the user's lines, not wrapping.py's
+    filename, rows = mp_rows(out)
+    assert filename == str(tmp_path / "prog.py")
+    assert set(rows) == {6, 9, 10, 11} and rows[9] == rows[10] == rows[11] == 1, out
+    assert our_rows(out, "work") == {
+        9: ("8.00M", "8.00M", "8.00M", "1"),
+        10: ("12.00M", "12.00M", "4.00M", "1"),
+        11: ("12.00M", "12.00M", "0.00B", "1"),
+    }, out
+
+
 # ---- Scalene ------------------------------------------------------------------------
 
 SCALENE_PROG = '''\
