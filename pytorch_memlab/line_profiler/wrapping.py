@@ -7,8 +7,12 @@ after the profiler has committed its lines.
 """
 from __future__ import annotations
 
+import ast
+import builtins
 import functools
 import inspect
+import linecache
+import sys
 import types
 from typing import Any, Callable, Optional
 
@@ -38,6 +42,46 @@ def _leave(profiler: LineProfiler, exc: Optional[BaseException],
             after_call(exc)
 
 
+# The function other tools see: a one-line call of our wrapper, compiled at
+# the profiled function's first line and file, with its code among the
+# constants.  memory_profiler reads ``__code__`` (not ``__wrapped__``), takes
+# that file's lines from there on and traces the code objects in its
+# constants: so it profiles the user's function, not our wrapper.
+_FACES = {
+    "plain": "def f(*args, **kwargs):\n    return _call(*args, **kwargs)\n",
+    "generator": "def f(*args, **kwargs):\n    return (yield from _call(*args, **kwargs))\n",
+    "async": "async def f(*args, **kwargs):\n    return await _call(*args, **kwargs)\n",
+}
+_face_codes: dict[tuple[int, str], tuple[types.CodeType, types.CodeType]] = {}
+
+
+def _face_code(code: types.CodeType, kind: str) -> types.CodeType:
+    cached = _face_codes.get((id(code), kind))
+    if cached is not None and cached[0] is code:
+        return cached[1]
+    text = linecache.getline(code.co_filename, code.co_firstlineno).rstrip().encode()
+    start, end = len(text) - len(text.lstrip()), len(text)   # the whole line: no carets
+    tree = ast.parse(_FACES[kind])
+    for node in ast.walk(tree):
+        if "lineno" in node._attributes:
+            node.lineno = node.end_lineno = code.co_firstlineno  # type: ignore[attr-defined]
+            node.col_offset, node.end_col_offset = start, end  # type: ignore[attr-defined]
+    module = compile(tree, code.co_filename, "exec", dont_inherit=True)
+    face = next(c for c in module.co_consts if isinstance(c, types.CodeType))
+    face = face.replace(co_name=code.co_name, co_consts=face.co_consts + (code,))
+    if sys.version_info >= (3, 11):
+        face = face.replace(co_qualname=code.co_qualname)
+    _face_codes[(id(code), kind)] = (code, face)
+    return face
+
+
+def _face(call: Callable[..., Any], func: Callable[..., Any], code: types.CodeType,
+          kind: str) -> Callable[..., Any]:
+    face = types.FunctionType(_face_code(code, kind),
+                              {"_call": call, "__builtins__": builtins}, code.co_name)
+    return functools.wraps(func)(face)
+
+
 def wrap(func: Callable[..., Any], profiler: LineProfiler,
          after_call: Optional[AfterCall] = None,
          after_step: Optional[Callable[[], None]] = None) -> Callable[..., Any]:
@@ -50,10 +94,10 @@ def wrap(func: Callable[..., Any], profiler: LineProfiler,
 
     code = resolve_function(func).__code__
     if inspect.isgeneratorfunction(func):
-        return _wrap_generator(func, profiler, after_call, after_step, code)
+        return _face(_wrap_generator(func, profiler, after_call, after_step, code), func,
+                     code, "generator")
 
     if inspect.iscoroutinefunction(func):
-        @functools.wraps(func)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             _enter(profiler, code)
             exc: Optional[BaseException] = None
@@ -64,9 +108,8 @@ def wrap(func: Callable[..., Any], profiler: LineProfiler,
                 raise
             finally:
                 finish(exc)
-        return async_wrapper
+        return _face(async_wrapper, func, code, "async")
 
-    @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         _enter(profiler, code)
         exc: Optional[BaseException] = None
@@ -77,7 +120,7 @@ def wrap(func: Callable[..., Any], profiler: LineProfiler,
             raise
         finally:
             finish(exc)
-    return wrapper
+    return _face(wrapper, func, code, "plain")
 
 
 def _wrap_generator(func: Callable[..., Any], profiler: LineProfiler,

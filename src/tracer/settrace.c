@@ -16,7 +16,15 @@
  * an audit hook on "sys.settrace" notices, warns once, and at that thread's
  * next event (a one-shot profile function; or, when a profiler holds that
  * slot, the main thread's next pending-call check) chains to the newcomer
- * or, when it left with settrace(None), installs us alone again. */
+ * or, when it left with settrace(None), installs us alone again.  A tool we
+ * chain to that changes the thread's trace function from inside its own
+ * (Scalene leaves with PyEval_SetTrace(NULL) at each new line) is looked at
+ * as soon as it returns: waiting for the next call event loses the lines
+ * run until then.
+ *
+ * Tools that save sys.gettrace() and call it from their own trace function
+ * (memory_profiler) call our token: it does our part of that event when we
+ * are not in front of them, and nothing when we are (we had it already). */
 #include "tracer.h"
 
 #include <string.h>
@@ -163,15 +171,16 @@ dispatch(PyFrameObject *frame, PyObject *code, int what)
     }
 }
 
-/* Our part of an event. */
-static void
+/* Our part of an event: 1 when the frame runs registered code. */
+static int
 trace_ours(PyFrameObject *frame, int what, int alone)
 {
     if (what != PyTrace_CALL && what != PyTrace_LINE && what != PyTrace_RETURN) {
-        return;
+        return 0;
     }
     PyObject *code = (PyObject *)PyFrame_GetCode(frame);
-    if (memlab_code_wanted(code)) {
+    int wanted = memlab_code_wanted(code);
+    if (wanted) {
         dispatch(frame, code, what);
     }
     else if (what == PyTrace_CALL && alone) {
@@ -190,6 +199,23 @@ trace_ours(PyFrameObject *frame, int what, int alone)
         memlab_restore_exc(&saved);
     }
     Py_DECREF(code);
+    return wanted;
+}
+
+static void recheck_here(void);
+
+/* A frame we profile gives line events, whatever the tool we chain to did
+ * at its call event (Scalene clears f_trace_lines on every frame called
+ * while its trace function is in place). */
+static void
+keep_line_events(PyFrameObject *frame)
+{
+    memlab_saved_exc saved;
+    memlab_save_exc(&saved);
+    if (PyObject_SetAttr((PyObject *)frame, str_f_trace_lines, Py_True) < 0) {
+        PyErr_Clear();
+    }
+    memlab_restore_exc(&saved);
 }
 
 static int
@@ -209,11 +235,12 @@ trace_function(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
      * disables the last tracer, which puts the other tool's function back,
      * or calls sys.settrace: hold on to what we call it with. */
     Py_XINCREF(obj);
+    int wanted = 0;
     if (memlab_enabled_tracers == NULL) {
         restore_foreign(obj);           /* nobody profiles any more */
     }
     else {
-        trace_ours(frame, what, 0);
+        wanted = trace_ours(frame, what, 0);
     }
     int rc = 0;
     PyThreadState *ts = PyThreadState_Get();
@@ -222,6 +249,12 @@ trace_function(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
     if (ts->c_traceobj == obj && (ts->c_tracefunc == trace_function
                                   || ts->c_tracefunc == func)) {
         rc = func(obj, frame, what, arg);
+        if (wanted && what == PyTrace_CALL) {
+            keep_line_events(frame);
+        }
+        if (ts->c_tracefunc != trace_function) {
+            recheck_here();             /* it left, or set another function */
+        }
     }
     Py_XDECREF(obj);
     return rc;
@@ -448,9 +481,39 @@ memlab_install_thread_hook(PyObject *module, PyObject *unused)
 /* Called as a Python trace function in a new thread (threading.settrace):
  * run the hook another tool had set there first (it installs that tool's
  * trace function), then chain ours to it. */
+/* Our token called by another tool's trace function, as the function it
+ * found in sys.gettrace() and chains to: (frame, event, arg). */
+static PyObject *
+chained_call(PyObject *const *args, Py_ssize_t nargs)
+{
+    PyThreadState *ts = PyThreadState_Get();
+    if (memlab_enabled_tracers == NULL || ts->c_tracefunc == trace_function
+            || nargs < 2 || !PyFrame_Check(args[0]) || !PyUnicode_Check(args[1])) {
+        return Py_NewRef(hook_token);   /* in front of it: ours already */
+    }
+    const char *event = PyUnicode_AsUTF8(args[1]);
+    if (event == NULL) {
+        return NULL;
+    }
+    int what = strcmp(event, "call") == 0 ? PyTrace_CALL
+               : strcmp(event, "line") == 0 ? PyTrace_LINE
+               : strcmp(event, "return") == 0 ? PyTrace_RETURN : -1;
+    if (what >= 0) {
+        trace_ours((PyFrameObject *)args[0], what, 0);
+    }
+    /* For a 'call', the frame's local trace function: keep calling us. */
+    return Py_NewRef(hook_token);
+}
+
 static PyObject *
 thread_starter(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    PyThreadState *ts = PyThreadState_Get();
+    if (ts->c_traceobj != hook_token || ts->c_tracefunc == trace_function) {
+        /* Not the thread's trace function (set by threading.settrace, or
+         * put back by a tool with sys.settrace(token)): a tool calls us. */
+        return chained_call(args, nargs);
+    }
     PyObject *result = Py_None;
     set_trace(NULL, NULL);
     if (prior_thread_hook != NULL) {
