@@ -203,13 +203,16 @@ class StepProfiler:
                                         "the fit, outside the profiled functions") + "\n")
             out.flush()
 
-    def _end(self, failed: bool) -> None:
+    def _end(self, error: Optional[BaseException]) -> None:
         self.done = True
         self.profiler.disable()
         self._take()
         if self.rank is None:
             self._write_files()          # the files first: printing may fail
-            self._print(self.fit, f"{self.steps} training step{'s' * (self.steps != 1)}")
+            what = f"{self.steps} training step{'s' * (self.steps != 1)}"
+            if error is not None:
+                what += f", then {type(error).__name__} in step {self.steps + 1}"
+            self._print(self.fit, what)
             self._print_loose_postmortem()
             return
         self._print_loose_postmortem()
@@ -217,12 +220,12 @@ class StepProfiler:
         reporter = RankReporter(self.rank, self.save, lambda: to_document(self.profile()),
                                 self._write_ranks_html)
         sys.stdout.flush()
-        reporter.finish(failed=failed)
+        reporter.finish(failed=error is not None)
 
     def finish(self) -> None:
         """The fit ended: files, then the tables (under DDP, rank 0's merged one)."""
         if not self.done:
-            self._end(failed=False)
+            self._end(None)
 
     def fail(self, exc: BaseException) -> None:
         """An exception escapes the fit: mark the lines it left by and, for an
@@ -237,4 +240,4 @@ class StepProfiler:
         self.profiler._note_exception(exc)
         if self.profiler._postmortem is None:
             self.loose_postmortem = postmortem.capture(exc)
-        self._end(failed=True)
+        self._end(exc)

@@ -103,6 +103,7 @@ class MemlabTrainerCallback(TrainerCallback):  # type: ignore[misc]  # transform
             except BaseException as exc:
                 if self.steps is not None:
                     self.steps.fail(exc)
+                self._unguard("training_step")
                 raise
         setattr(trainer, name, guarded)
         self._guarded.append((trainer, name))
