@@ -262,3 +262,55 @@ def test_bad_save_name_fails_when_the_fit_starts(tmp_path):
     with pytest.raises(ValueError, match=r"save='prof.txt': the file name must end in "
                                          r"\.json or \.csv"):
         trainer(tmp_path, MemlabCallback(save="prof.txt")).fit(MLP(), loader())
+
+
+DDP_SCRIPT = '''
+import torch
+import lightning as L
+from pytorch_memlab.lightning import MemlabCallback
+
+
+class Net(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(64, 8)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        extra = torch.zeros(1024 * (self.global_rank + 1))   # rank 1: twice as much
+        return torch.nn.functional.mse_loss(self.net(x), y) + extra.sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+if __name__ == "__main__":
+    data = torch.utils.data.TensorDataset(torch.randn(16, 64), torch.randn(16, 8))
+    trainer = L.Trainer(max_steps=2, accelerator="cpu", devices=2, strategy="ddp",
+                        callbacks=[MemlabCallback(save="prof/")], logger=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        enable_checkpointing=False)
+    trainer.fit(Net(), torch.utils.data.DataLoader(data, batch_size=4))
+'''
+
+
+def test_ddp_writes_rank_files_and_rank_zero_prints_the_merged_table(tmp_path):
+    """Two CPU processes (gloo), started by Lightning's own launcher."""
+    import os
+    from pathlib import Path
+    (tmp_path / "train.py").write_text(DDP_SCRIPT)
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    proc = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("# 2 of 2 ranks: rank 0, rank 1") == 1, proc.stdout
+    assert "── rank 1 (cpu) ──" in proc.stdout
+    for rank in (0, 1):
+        doc = json.loads((tmp_path / "prof" / f"rank{rank}.json").read_text())
+        assert doc["rank"]["rank"] == rank and doc["rank"]["world_size"] == 2
+        (record,) = [f for f in doc["functions"] if f["qualname"] == "Net.training_step"]
+        (line,) = [ln for ln in record["lines"] if "extra = torch.zeros" in ln["code"]]
+        assert line["count"] == 2
+        assert line["net_growth"] == 2 * 1024 * 4 * (rank + 1)
