@@ -54,8 +54,11 @@ class MemlabCallback(*_Bases):  # type: ignore[misc]  # a base per installed pac
       folder, where each rank writes ``rank<R>.json`` and rank 0 prints the
       merged table.  ``html``: the HTML report.
 
+    With automatic optimization the module's ``optimizer_step`` is profiled
+    too: Lightning calls ``training_step``, the backward pass and the
+    optimizer from its one line, so its table shows the peak of the whole step.
     Each training step's peaks of active and reserved bytes (the highest line
-    figures of ``training_step`` in that step) are logged as
+    figures of the profiled functions in that step) are logged as
     ``memlab/peak_active_bytes`` and ``memlab/peak_reserved_bytes``.  The tables
     of the whole fit are printed when it ends; when an exception escapes
     ``fit()``, with the lines it left by marked and, for an out-of-memory
@@ -107,9 +110,13 @@ class MemlabCallback(*_Bases):  # type: ignore[misc]  # a base per installed pac
         else:
             check_path(self.save, "save", (".json", ".csv"), owner)
         device = self.device if self.device is not None else pl_module.device
-        self.steps = StepProfiler(owner, device, pl_module.training_step,
-                                  self._resolve(pl_module), self.every_n_steps,
-                                  self.save, self.html, rank)
+        functions = self._resolve(pl_module)
+        if pl_module.automatic_optimization:
+            # Lightning runs training_step, backward and the optimizer inside
+            # this hook's one line: the step's peak is there
+            functions.append(pl_module.optimizer_step)
+        self.steps = StepProfiler(owner, device, pl_module.training_step, functions,
+                                  self.every_n_steps, self.save, self.html, rank)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:

@@ -17,12 +17,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-import types
 from typing import IO, Any, Callable, NamedTuple, Optional, Sequence, Union
 
 from .common.devices import DeviceArg
 from .distributed import RankEnv, RankReporter
-from .line_profiler.functions import resolve_function
 from .line_profiler.profiler import LineProfiler
 from .records.meanings import Field
 from .records.model import FunctionRecord, Profile
@@ -34,8 +32,9 @@ Key = tuple[str, int, str, str]      # filename, first line, qualname, device
 
 
 class StepPeak(NamedTuple):
-    """The peaks of live (active) and reserved bytes while one training step's
-    step function ran, as its table shows them (the max over its lines)."""
+    """The peaks of live (active) and reserved bytes while the profiled
+    functions ran in one training step, as their tables show them (the max
+    over their lines)."""
     active_bytes: int
     reserved_bytes: int
 
@@ -117,7 +116,6 @@ class StepProfiler:
                              "where each rank writes rank<R>.json")
         self.profiler = LineProfiler(device=device)
         self.profiler.add_function(step_function)
-        self._step_code: types.CodeType = resolve_function(step_function).__code__
         for func in functions:
             self.profiler.add_function(func)
         self._meanings = self.profiler._meanings()
@@ -140,19 +138,19 @@ class StepProfiler:
         return records
 
     def _step_peak(self, records: Sequence[FunctionRecord]) -> Optional[StepPeak]:
-        code = self._step_code
-        for record in records:
-            if (record.filename, record.first_line) == (code.co_filename, code.co_firstlineno):
-                active = [line.figures.get(ACTIVE) for line in record.lines if line.ran]
-                reserved = [line.figures.get(RESERVED) for line in record.lines if line.ran]
-                if not active:
-                    return None
-                return StepPeak(max(v or 0 for v in active), max(v or 0 for v in reserved))
-        return None
+        """The highest line figures of every profiled function in one step, on
+        the first device (the one training runs on); None if none ran."""
+        device = self.profiler.devices[0]
+        lines = [line for record in records if record.device == device
+                 for line in record.lines if line.ran]
+        if not lines:
+            return None
+        return StepPeak(max(line.figures.get(ACTIVE) or 0 for line in lines),
+                        max(line.figures.get(RESERVED) or 0 for line in lines))
 
     def end_step(self) -> Optional[StepPeak]:
-        """A training step ended: its peak (None if the step function did not
-        run), and every ``every_n_steps`` the tables of those steps."""
+        """A training step ended: its peak (None if no profiled function ran),
+        and every ``every_n_steps`` the tables of those steps."""
         self.profiler._record_execution()      # the timeline: memory after each step
         peak = self._step_peak(self._take())
         self.steps += 1

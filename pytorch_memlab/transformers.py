@@ -61,8 +61,10 @@ class MemlabTrainerCallback(TrainerCallback):  # type: ignore[misc]  # transform
       report.
 
     At each logging step, ``memlab_peak_active_bytes`` and
-    ``memlab_peak_reserved_bytes`` (the highest peak of ``training_step``'s
-    lines over the steps since the previous log) join the logs, and
+    ``memlab_peak_reserved_bytes`` (the highest line figures of the profiled
+    functions over the steps since the previous log: the forward and backward
+    passes, not the optimizer's step, which the Trainer runs outside
+    ``training_step``) join the logs, and
     ``trainer.state.log_history``.  The tables are printed when training ends;
     when an exception escapes ``train()``, with the lines it left by marked
     and, for an out-of-memory error, the post-mortem; the exception then goes

@@ -236,6 +236,41 @@ def test_impossible_allocation_prints_the_postmortem_and_reraises(tmp_path, caps
     assert record["postmortem"]["requested_bytes"] == 1 << 62
 
 
+class Automatic(L.LightningModule):
+    """Automatic optimization: Lightning runs training_step, backward and Adam
+    inside the module's optimizer_step."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = MLP().net
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters())
+
+
+def test_automatic_optimization_profiles_optimizer_step_where_the_step_peaks(tmp_path):
+    callback = MemlabCallback(save=tmp_path / "prof.json")
+    model = Automatic()
+    trainer(tmp_path, callback).fit(model, loader())
+    saved = load(tmp_path / "prof.json")
+    (hook,) = saved.stats("LightningModule.optimizer_step")
+    (line,) = [ln for ln in hook["lines"] if ln["count"]]
+    assert "optimizer.step(closure=optimizer_closure)" in line["code"]
+    # the grads and Adam's state, made on step 1, are left behind by this line
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert line["net_growth"] >= 3 * params
+    (step,) = saved.stats("Automatic.training_step")
+    forward_peak = max(ln["active_bytes.all.peak"] for ln in step["lines"] if ln["count"])
+    peaks = callback.steps.peaks
+    assert max(p.active_bytes for p in peaks) == line["active_bytes.all.peak"] > forward_peak
+    rows = logged_rows(tmp_path)
+    assert [float(row[METRICS[0]]) for row in rows] == [float(p.active_bytes) for p in peaks]
+
+
 def test_functions_by_name(tmp_path, capsys):
     callback = MemlabCallback(functions=["forward"], device="cpu")
     trainer(tmp_path, callback).fit(MLP(), loader())
@@ -313,4 +348,5 @@ def test_ddp_writes_rank_files_and_rank_zero_prints_the_merged_table(tmp_path):
         (record,) = [f for f in doc["functions"] if f["qualname"] == "Net.training_step"]
         (line,) = [ln for ln in record["lines"] if "extra = torch.zeros" in ln["code"]]
         assert line["count"] == 2
-        assert line["net_growth"] == 2 * 1024 * 4 * (rank + 1)
+        # levels are the process's: DDP's own threads may free a few bytes meanwhile
+        assert abs(line["net_growth"] - 2 * 1024 * 4 * (rank + 1)) < 256
