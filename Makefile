@@ -57,23 +57,28 @@ check: venvs
 venvs: .venv/.installed .venv-3.12/.installed .venv-3.13/.installed \
     .venv-3.9/.installed .venv-3.10/.installed
 
-# $(call torch_venv,DIR,PYTHON,TORCH): torch first (the shim compiles against
-# it), then the package with its test extras
+# $(call torch_venv,DIR,PYTHON,TORCH,EXTRAS): torch first (the shim compiles
+# against it), then the package with EXTRAS; TORCH again, so that nothing an
+# extra needs can replace the torch the shim was built for
 define torch_venv
 test -n "$(2)" || { echo "python for $(1) not found"; exit 1; }
 $(2) -m venv $(1)
 $(1)/bin/python -m pip install -q --upgrade pip setuptools wheel
 $(1)/bin/python -m pip install -q "$(3)"
-MEMLAB_WERROR=1 $(1)/bin/python -m pip install -q --no-build-isolation -e ".[test]" pytest-xdist
+MEMLAB_WERROR=1 $(1)/bin/python -m pip install -q --no-build-isolation -e ".[$(4)]" "$(3)" pytest-xdist
 touch $(1)/.installed
 endef
 
+# 3.11 also gets the training frameworks (Lightning, transformers), whose
+# callbacks' tests skip elsewhere
+EXTRAS_311 := test,lightning,transformers
+
 # 3.11: the CPU build pinned in TORCH_SPEC; 3.12, 3.13: the ordinary wheel
 .venv/.installed: pyproject.toml setup.py
-	$(call torch_venv,.venv,$(PY311),$(TORCH_SPEC))
+	$(call torch_venv,.venv,$(PY311),$(TORCH_SPEC),$(EXTRAS_311))
 
 .venv-3.12/.installed .venv-3.13/.installed: .venv-%/.installed: pyproject.toml setup.py
-	$(call torch_venv,.venv-$*,$(PY$(subst .,,$*)),torch)
+	$(call torch_venv,.venv-$*,$(PY$(subst .,,$*)),torch,test)
 
 .venv-3.9/.installed .venv-3.10/.installed: .venv-%/.installed:
 	py="$(PY$(subst .,,$*))"; test -n "$$py" || { echo "python$* not found"; exit 1; }; \

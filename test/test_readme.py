@@ -1,6 +1,7 @@
 """Every ```python block of README.md runs as printed, each in a fresh
 interpreter; where a block is followed directly by an output block, the
 output must match (torch 2.13 on CPU is what the README shows)."""
+import importlib.util
 import os
 import re
 import subprocess
@@ -28,7 +29,21 @@ def blocks():
             if len(between) < 400:      # "prints", "Output (...):" and the like
                 expected = found[i + 1].group(2)
         line = text.count("\n", 0, m.start()) + 1
-        yield pytest.param(m.group(2), expected, id=f"README.md:{line}")
+        yield pytest.param(m.group(2), expected, id=f"README.md:{line}",
+                           marks=_needs(text, m))
+
+
+NEEDS = re.compile(r"<!-- readme-test: needs ([\w. ]+) -->\n\n?$")
+
+
+def _needs(text, m):
+    """``<!-- readme-test: needs MODULE... -->`` just before a block: skipped
+    where one of those optional packages is not installed (the training
+    frameworks are installed in the 3.11 environment only)."""
+    found = NEEDS.search(text[max(0, m.start() - 80):m.start()])
+    missing = [name for name in (found.group(1).split() if found else ())
+               if importlib.util.find_spec(name) is None]
+    return [pytest.mark.skip(reason=f"needs {', '.join(missing)}")] if missing else []
 
 
 MARKER = re.compile(r"<!-- readme-test: (file (\S+)|run) -->\n\n?$")

@@ -181,16 +181,18 @@ class LineProfiler:
             self._printed = None
             self._postmortem = None
 
-    def _rotate(self) -> None:
+    def _rotate(self) -> list[FunctionRecord]:
         """``profile_every`` printed a table: forget its figures but keep them
-        for ``save`` until the next call runs, and keep the timeline."""
+        for ``save`` until the next call runs, and keep the timeline.  Returns
+        them (the training callbacks fold each step's into the fit's)."""
         with self._lock:
-            self._printed = self.stats()
+            records = self._printed = self.stats()
             self._tracers.clear(keep_calls=True)   # lines that grow every call stay known
             self._raised.clear()
             self._stopped.clear()
             self._postmortem = None
             self._called.clear()
+            return records
 
     def _record_execution(self) -> None:
         """Append each device's active and reserved bytes to the timeline."""

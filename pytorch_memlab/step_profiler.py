@@ -1,0 +1,241 @@
+"""What the training-framework callbacks share (``pytorch_memlab.lightning``,
+``pytorch_memlab.transformers``): one ``LineProfiler`` over a training loop.
+
+The framework owns the loop; its callback calls ``StepProfiler`` at the fit's
+start, after each training step, at the end and on an error.  After each step
+the profiler's figures are taken and forgotten (``LineProfiler._rotate``), so
+that step's peak is known on its own, and folded here into the figures of the
+whole fit (and of the current ``every_n_steps`` window) by each column's
+kind, as the tracer folds executions of a line: a peak or a level keeps the
+max, a counter, the count and the net growth add up.  The tables, the saved
+files and the HTML report are made from the folded records with the package's
+own reporters; under DDP the ranks' files and the merged table go through
+``distributed.RankReporter``, as under torchrun.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import IO, Any, Callable, NamedTuple, Optional, Sequence, Union
+
+from .common.devices import DeviceArg
+from .distributed import RankEnv, RankReporter
+from .line_profiler.profiler import LineProfiler
+from .records.meanings import Field
+from .records.model import FunctionRecord, Profile
+
+PathArg = Union[str, "os.PathLike[str]"]
+ACTIVE = "active_bytes.all.peak"
+RESERVED = "reserved_bytes.all.peak"
+Key = tuple[str, int, str, str]      # filename, first line, qualname, device
+
+
+class StepPeak(NamedTuple):
+    """The peaks of live (active) and reserved bytes while the profiled
+    functions ran in one training step, as their tables show them (the max
+    over their lines)."""
+    active_bytes: int
+    reserved_bytes: int
+
+
+def _key(record: FunctionRecord) -> Key:
+    return (record.filename, record.first_line, record.qualname, record.device)
+
+
+def fold(into: dict[Key, FunctionRecord], records: Sequence[FunctionRecord],
+         meanings: dict[str, Field]) -> None:
+    """Add the figures of ``records`` (one window of calls) to ``into``."""
+    for record in records:
+        total = into.get(_key(record))
+        if total is None:
+            into[_key(record)] = record.project(record.columns)    # a copy
+            continue
+        by_line = {line.lineno: line for line in total.lines}
+        for line in record.lines:
+            mine = by_line.get(line.lineno)
+            if mine is None or not line.ran:
+                continue
+            if not mine.ran:
+                mine.count, mine.net_growth = line.count, line.net_growth
+                mine.figures = dict(line.figures)
+            else:
+                mine.count += line.count
+                mine.net_growth = (mine.net_growth or 0) + (line.net_growth or 0)
+                for column, value in line.figures.items():
+                    old = mine.figures.get(column)
+                    if value is None or old is None:
+                        mine.figures[column] = old if value is None else value
+                    elif meanings[column].kind == "counter":
+                        mine.figures[column] = old + value
+                    else:                    # a peak, or a level at the line's end
+                        mine.figures[column] = max(old, value)
+            mine.raised = line.raised or mine.raised
+        total.postmortem = record.postmortem or total.postmortem
+
+
+def check_path(value: Optional[PathArg], argument: str, endings: Sequence[str],
+               owner: str) -> Optional[str]:
+    """``save=`` / ``html=``: None, or a path whose name ends in one of ``endings``."""
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{owner}: {argument} must be a path (str or os.PathLike) ending in "
+                        f"{' or '.join(endings)}, or None; got {type(value).__name__}")
+    path = os.fspath(value)
+    if os.path.splitext(path)[1].lower() not in endings:
+        raise ValueError(f"{owner}: {argument}={path!r}: the file name must end in "
+                         f"{' or '.join(endings)}")
+    return path
+
+
+def check_every(value: Optional[int], owner: str) -> Optional[int]:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{owner}: every_n_steps must be an int >= 1 (print the tables "
+                         f"every that many training steps) or None; got {value!r}")
+    return value
+
+
+class StepProfiler:
+    """One fit (``fit()``, ``train()``) profiled: made at its start, told about
+    each step's end, finished or failed once."""
+
+    def __init__(self, owner: str, device: DeviceArg, step_function: Callable[..., Any],
+                 functions: Sequence[Callable[..., Any]], every_n_steps: Optional[int],
+                 save: Optional[str], html: Optional[str], rank: Optional[RankEnv],
+                 out: Optional[IO[str]] = None) -> None:
+        self.owner = owner                 # "MemlabCallback", for messages
+        self.rank = rank                   # under DDP: this process's rank
+        self.every_n_steps = every_n_steps
+        self.save, self.html = save, html
+        self.out = out
+        if rank is not None and save is not None and os.path.splitext(save)[1]:
+            raise ValueError(f"{owner}: save={save!r}: under DDP save names a folder, "
+                             "where each rank writes rank<R>.json")
+        self.profiler = LineProfiler(device=device)
+        self.profiler.add_function(step_function)
+        for func in functions:
+            self.profiler.add_function(func)
+        self._meanings = self.profiler._meanings()
+        self.fit: dict[Key, FunctionRecord] = {}       # every step so far
+        self.window: dict[Key, FunctionRecord] = {}    # since the last every_n table
+        self.steps = 0
+        self.window_start = 1
+        self.peaks: list[StepPeak] = []                # one per step, in order
+        self.done = False
+        self.loose_postmortem: Optional[dict[str, Any]] = None   # see fail()
+        self.profiler.enable()
+
+    # ---- during the fit ------------------------------------------------------
+
+    def _take(self) -> list[FunctionRecord]:
+        """The figures since the last take, which the profiler then forgets."""
+        records = self.profiler._rotate()
+        fold(self.fit, records, self._meanings)
+        fold(self.window, records, self._meanings)
+        return records
+
+    def _step_peak(self, records: Sequence[FunctionRecord]) -> Optional[StepPeak]:
+        """The highest line figures of every profiled function in one step, on
+        the first device (the one training runs on); None if none ran."""
+        device = self.profiler.devices[0]
+        lines = [line for record in records if record.device == device
+                 for line in record.lines if line.ran]
+        if not lines:
+            return None
+        return StepPeak(max(line.figures.get(ACTIVE) or 0 for line in lines),
+                        max(line.figures.get(RESERVED) or 0 for line in lines))
+
+    def end_step(self) -> Optional[StepPeak]:
+        """A training step ended: its peak (None if no profiled function ran),
+        and every ``every_n_steps`` the tables of those steps."""
+        self.profiler._record_execution()      # the timeline: memory after each step
+        peak = self._step_peak(self._take())
+        self.steps += 1
+        if peak is not None:
+            self.peaks.append(peak)
+        if self.every_n_steps is not None and self.steps % self.every_n_steps == 0:
+            if self.rank is None or self.rank.rank == 0:
+                self._print(self.window, f"training steps {self.window_start}-{self.steps}")
+            self.window = {}
+            self.window_start = self.steps + 1
+        return peak
+
+    # ---- the end ---------------------------------------------------------------
+
+    def profile(self) -> Profile:
+        """The whole fit so far, as ``LineProfiler.save`` would write it."""
+        return dataclasses.replace(self.profiler.to_profile(), functions=list(self.fit.values()))
+
+    def _print(self, records: dict[Key, FunctionRecord], what: str) -> None:
+        from .reports.base import reporter_for
+        out = self.out if self.out is not None else sys.stdout
+        profile = dataclasses.replace(self.profile(), functions=list(records.values()))
+        where = "" if self.rank is None else f", rank {self.rank.rank}"
+        out.write(f"# pytorch_memlab {self.owner}: {what}{where}\n\n")
+        out.write(reporter_for("text").render(profile) + "\n")
+        out.flush()
+
+    def _write_files(self) -> None:
+        from .html_report import write_report
+        from .records.saved import save
+        profile = self.profile()
+        for path, write in ((self.save, save), (self.html, write_report)):
+            if path is not None:
+                write(profile, path)
+                print(f"pytorch_memlab: wrote {path}", file=sys.stderr)
+
+    def _write_ranks_html(self, docs: list[dict[str, Any]]) -> None:
+        if self.html is not None:
+            from .html_report import write_ranks_report
+            write_ranks_report(docs, self.html)
+            print(f"pytorch_memlab: wrote {self.html}", file=sys.stderr)
+
+    def _print_loose_postmortem(self) -> None:
+        if self.loose_postmortem is not None:
+            from .reports.postmortem_text import format_postmortem
+            out = self.out if self.out is not None else sys.stdout
+            out.write(format_postmortem(self.loose_postmortem,
+                                        "the fit, outside the profiled functions") + "\n")
+            out.flush()
+
+    def _end(self, error: Optional[BaseException]) -> None:
+        self.done = True
+        self.profiler.disable()
+        self._take()
+        if self.rank is None:
+            self._write_files()          # the files first: printing may fail
+            what = f"{self.steps} training step{'s' * (self.steps != 1)}"
+            if error is not None:
+                what += f", then {type(error).__name__} in step {self.steps + 1}"
+            self._print(self.fit, what)
+            self._print_loose_postmortem()
+            return
+        self._print_loose_postmortem()
+        from .records.document import to_document
+        reporter = RankReporter(self.rank, self.save, lambda: to_document(self.profile()),
+                                self._write_ranks_html)
+        sys.stdout.flush()
+        reporter.finish(failed=error is not None)
+
+    def finish(self) -> None:
+        """The fit ended: files, then the tables (under DDP, rank 0's merged one)."""
+        if not self.done:
+            self._end(None)
+
+    def fail(self, exc: BaseException) -> None:
+        """An exception escapes the fit: mark the lines it left by and, for an
+        out-of-memory error, keep its post-mortem (read now, while the
+        traceback's frames still hold the tensors); then as ``finish``.  An
+        out-of-memory error that passed through no profiled function gets its
+        post-mortem printed after the tables, as the fit's (not saved: the
+        files keep a post-mortem on the record of the function it escaped)."""
+        if self.done:
+            return
+        from . import postmortem
+        self.profiler._note_exception(exc)
+        if self.profiler._postmortem is None:
+            self.loose_postmortem = postmortem.capture(exc)
+        self._end(exc)
