@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-#define MEMLAB_SOURCE_ABI_VERSION 3
+#define MEMLAB_SOURCE_ABI_VERSION 4
 #define MEMLAB_SOURCE_CAPSULE "pytorch_memlab.memlab_source"
 
 /* What one reading of a field means: the tracer folds it by its kind and
@@ -27,6 +27,14 @@ typedef enum {
     MEMLAB_COUNT = 0,    /* blocks, segments, events */
     MEMLAB_BYTES = 1,
 } memlab_field_unit;
+
+/* Called by a source for each block it counts, on the thread that allocates
+ * or frees it, without the GIL (perhaps under the allocator's own lock):
+ * `source` is the source's name, `size` is in the units of its active bytes,
+ * `alloc` is 1 for an allocation, 0 for a free.  Must not block on anything
+ * but a short lock, allocate through torch, or throw. */
+typedef void (*memlab_alloc_listener)(const char *source, int device, uintptr_t ptr,
+                                      int64_t size, int alloc);
 
 typedef struct memlab_field {
     const char *name;    /* e.g. "active_bytes.all.peak" */
@@ -76,6 +84,12 @@ typedef struct memlab_source {
     int (*open_reader)(int device);
     void (*close_reader)(int device, int reader);
     int (*read)(int device, int reader, int64_t *out);
+
+    /* The per-allocation push; NULL when not offered.  From this call on,
+     * every block the source counts on `device` reaches `listener` (one
+     * listener per process: a second call replaces it, NULL stops it), and
+     * *level is the device's active bytes now.  Control path.  0 or -1. */
+    int (*listen)(int device, memlab_alloc_listener listener, int64_t *level);
 } memlab_source;
 
 #ifdef __cplusplus

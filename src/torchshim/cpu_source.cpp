@@ -132,6 +132,15 @@ struct CpuState {
 
 std::atomic<CpuState *> g_state{nullptr};
 
+// The tracer's per-allocation listener (source.h's listen), or null.
+std::atomic<memlab_alloc_listener> g_listener{nullptr};
+
+void tell(void *ptr, std::size_t size, int alloc) noexcept {
+    memlab_alloc_listener fn = g_listener.load(std::memory_order_acquire);
+    if (fn != nullptr)
+        fn("cpu", 0, reinterpret_cast<uintptr_t>(ptr), static_cast<int64_t>(size), alloc);
+}
+
 // The one deleter of every block the wrapper hands out.  Unknown pointers
 // (someone mixed raw_allocate of the base with our raw_deleter) are still
 // freed, by the base's raw deleter, just not counted.
@@ -155,6 +164,9 @@ void counted_delete(void *ptr) {
         state->blocks.decrease(1);
         t_totals.bytes_freed += static_cast<int64_t>(size);
         t_totals.blocks_freed += 1;
+        // Before the base frees it: its address cannot be handed out again
+        // (and reach the listener as a new block) before this free does.
+        tell(ptr, size, 0);
     }
     deleter(ptr);
 }
@@ -179,12 +191,14 @@ void remember(CpuState *state, void *ptr, std::size_t size,
         state->blocks.decrease(1);
         t_totals.bytes_freed += static_cast<int64_t>(stale.size);
         t_totals.blocks_freed += 1;
+        tell(ptr, stale.size, 0);
     }
     const int64_t b = state->bytes.increase(static_cast<int64_t>(size));
     const int64_t n = state->blocks.increase(1);
     t_totals.bytes_allocated += static_cast<int64_t>(size);
     t_totals.blocks_allocated += 1;
     state->raise_readers(b, n);
+    tell(ptr, size, 1);
 }
 
 // The wrapper registered with c10::SetCPUAllocator.
@@ -344,6 +358,7 @@ int64_t seed_one(CpuState *state, c10::StorageImpl *impl) {
     raise_to(state->bytes.peak, b);
     raise_to(state->blocks.peak, n);
     state->raise_readers(b, n);
+    tell(ptr, size, 1);
     return static_cast<int64_t>(size);
 }
 
@@ -435,6 +450,15 @@ int cpu_read(int device, int reader, int64_t *out) noexcept {
     return 0;
 }
 
+int cpu_listen(int device, memlab_alloc_listener listener, int64_t *level) noexcept {
+    CpuState *state = g_state.load(std::memory_order_acquire);
+    if (state == nullptr)
+        return -1;
+    g_listener.store(listener, std::memory_order_release);
+    *level = state->bytes.current.load(std::memory_order_acquire);
+    return 0;
+}
+
 const memlab_field kFields[] = {
     {"active_bytes.all.allocated", MEMLAB_COUNTER, MEMLAB_BYTES},
     {"active_bytes.all.current", MEMLAB_LEVEL, MEMLAB_BYTES},
@@ -461,6 +485,7 @@ const memlab_source kCpuSource = {
     cpu_open_reader,
     cpu_close_reader,
     cpu_read,
+    cpu_listen,
 };
 
 }  // namespace

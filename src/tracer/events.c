@@ -120,6 +120,9 @@ commit_line(TracerObject *t, ThreadStack *stack, int i, int64_t level, int next_
         curve_line_ended(&t->curves, stack, i, f->line, level, pending);
     }
     memset(pending, 0, sizeof(int64_t) * (size_t)n);
+    if (f->acall != NULL && next_line >= 0) {
+        attrib_set_line(f->acall, next_line);
+    }
     f->line = next_line;
     f->counted = 1;
     f->start_level = level;
@@ -160,10 +163,28 @@ push_frame(TracerObject *t, ThreadStack *stack, LineTable *table, int line,
     f->counted = 0;      /* a resumed line was counted before it yielded */
     f->start_level = level;
     f->curve = NULL;
+    f->acall = NULL;
+    if (t->attrib.attached) {
+        int64_t call = (table->calls != NULL ? table->calls->calls : 0) + 1;
+        f->acall = attrib_push(&t->attrib, table, line, call);
+    }
     if (t->curves.choice != CURVE_OFF) {
         curve_frame_pushed(&t->curves, stack, stack->depth - 1);
     }
     return f;
+}
+
+/* The innermost frame ends: its Call (attrib.h) too. */
+static void
+pop_frame(TracerObject *t, ThreadStack *stack)
+{
+    Frame *f = &stack->frames[stack->depth - 1];
+    curve_frame_popping(&t->curves, stack, stack->depth - 1);
+    if (f->acall != NULL) {
+        attrib_pop(&t->attrib, f->acall);
+        f->acall = NULL;
+    }
+    stack->depth--;
 }
 
 /* The start of every event: the calling thread's stack, marked as inside a
@@ -256,8 +277,7 @@ tracer_on_leave(TracerObject *t, LineTable *table)
         int top = stack->depth - 1;
         int64_t end = read_ok ? level : stack->frames[top].start_level;
         commit_line(t, stack, top, end, -1);
-        curve_frame_popping(&t->curves, stack, top);
-        stack->depth--;
+        pop_frame(t, stack);
     }
     if (stack->depth == 0) {
         sampler_release(&t->sampler, stack->thread);
@@ -279,8 +299,7 @@ tracer_close_all_frames(TracerObject *t)
         while (stack->depth > 0) {
             int top = stack->depth - 1;
             commit_line(t, stack, top, read_ok ? level : stack->frames[top].start_level, -1);
-            curve_frame_popping(&t->curves, stack, top);
-            stack->depth--;
+            pop_frame(t, stack);
         }
         if (open) {
             stack_closed(t);
@@ -295,6 +314,20 @@ tracer_fold_now(TracerObject *t)
     int64_t level;
     if (stack != NULL && stack->depth > 0) {
         fold_interval(t, stack, &level, 1);
+    }
+}
+
+void
+tracer_drop_calls(TracerObject *t)
+{
+    for (int s = 0; s < t->threads.n; s++) {
+        ThreadStack *stack = t->threads.records[s];
+        for (int i = 0; i < stack->depth; i++) {
+            if (stack->frames[i].acall != NULL) {
+                attrib_pop(&t->attrib, stack->frames[i].acall);
+                stack->frames[i].acall = NULL;
+            }
+        }
     }
 }
 

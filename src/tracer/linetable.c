@@ -94,6 +94,7 @@ linetable_free(LineTable *t)
     }
     Py_CLEAR(t->code);
     callfigures_free(t->calls);
+    free(t->peak);
     linetable_release_arrays(t);
     free(t);
 }
@@ -193,6 +194,7 @@ linetable_take(LineTable *t)
     *moved = *t;
     moved->code = NULL;
     moved->calls = NULL;
+    moved->peak = NULL;     /* the peak stays with its function */
     if (linetable_alloc(t, t->first_line, t->n_slots) < 0) {
         linetable_release_arrays(t);
         t->hits = moved->hits; t->growth = moved->growth;

@@ -47,6 +47,7 @@ typedef struct {
     char *seen;            /* Owned. n_slots: 1 once the line committed anything */
     int64_t commits;       /* commits ever: tells which calls ran a line */
     struct CallFigures *calls;  /* Owned. per-call figures (callfigures.c), or NULL */
+    struct AttribPeak *peak;    /* Owned. what was alive at its peak (attrib.h), or NULL */
 } LineTable;
 
 /* Returns NULL with MemoryError set. */

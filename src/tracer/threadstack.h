@@ -6,6 +6,7 @@
 #include "threadtable.h"
 
 struct Curve;
+struct AttribCall;
 
 /* One running (or resumed) profiled frame and its current line. */
 typedef struct {
@@ -15,6 +16,7 @@ typedef struct {
                               before a yield */
     int64_t start_level;   /* growth field's value when the line began */
     struct Curve *curve;   /* Borrowed: its function's curve (curve.h); NULL: none */
+    struct AttribCall *acall;  /* Borrowed: its Call (attrib.h); NULL: none */
 } Frame;
 
 /* The profiled frames of one thread, innermost last.  pending holds, per

@@ -3,6 +3,7 @@
 #ifndef MEMLAB_TRACER_H
 #define MEMLAB_TRACER_H
 
+#include "attrib.h"
 #include "callfigures.h"
 #include "codemap.h"
 #include "curve.h"
@@ -31,6 +32,8 @@ typedef struct TracerObject {
     Py_ssize_t sample_errors;      /* readings that failed (reported at stats()) */
     Py_ssize_t memory_errors;      /* commits lost to a failed allocation */
     CurveSet curves;               /* the memory curve of one call per function */
+    Attrib attrib;                 /* what was alive at each function's peak */
+    int attrib_moved;              /* set_device() while enabled: peaks mix devices */
     int tool_id;                   /* sys.monitoring tool id, -1 when none */
     int open_stacks;               /* threads with a profiled frame open: 0
                                       between calls (callfigures.h) */
@@ -46,6 +49,9 @@ void tracer_on_leave(TracerObject *t, LineTable *table);
 
 /* Fold the open interval into the calling thread's frames (control path). */
 void tracer_fold_now(TracerObject *t);
+
+/* Every open frame forgets its Call (attrib.h), before a detach. */
+void tracer_drop_calls(TracerObject *t);
 
 /* Every open line now starts at `level` (after a device switch). */
 void tracer_restart_levels(TracerObject *t, int64_t level);

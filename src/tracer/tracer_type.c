@@ -179,12 +179,19 @@ Tracer_enable(TracerObject *self, PyObject *unused)
         self->state = TRACER_OFF;
         return NULL;
     }
+    if (attrib_attach(&self->attrib, self->sampler.source.compiled,
+                      self->sampler.device) < 0) {
+        sampler_stop(&self->sampler);
+        self->state = TRACER_OFF;
+        return NULL;
+    }
     self->next_enabled = memlab_enabled_tracers;
     memlab_enabled_tracers = self;
     self->enabled = 1;
     if (hook_enable(self) < 0) {
         self->enabled = 0;
         enabled_list_remove(self);
+        attrib_detach(&self->attrib);
         sampler_stop(&self->sampler);
         self->state = TRACER_OFF;
         return NULL;
@@ -220,6 +227,7 @@ tracer_disable(TracerObject *self)
     self->enabled = 0;
     enabled_list_remove(self);
     tracer_close_all_frames(self);
+    attrib_detach(&self->attrib);
     sampler_stop(&self->sampler);
     int rc = hook_disable(self);
     self->state = TRACER_OFF;
@@ -269,6 +277,16 @@ Tracer_set_device(TracerObject *self, PyObject *arg)
     int64_t level = self->sampler.growth_field >= 0
                     ? self->sampler.reading[self->sampler.growth_field] : 0;
     tracer_restart_levels(self, level);
+    /* Blocks are followed per device: start over on the new one.  A peak
+     * already taken may be of the old device: stats() says so. */
+    if (self->attrib.attached && old != device) {
+        tracer_drop_calls(self);
+        attrib_detach(&self->attrib);
+        self->attrib_moved = 1;
+        if (attrib_attach(&self->attrib, self->sampler.source.compiled, device) < 0) {
+            return NULL;
+        }
+    }
     Py_RETURN_NONE;
 }
 
@@ -282,6 +300,7 @@ Tracer_clear(TracerObject *self, PyObject *args, PyObject *kwds)
     }
     for (int i = 0; i < self->codes.n_tables; i++) {
         linetable_clear(self->codes.tables[i]);
+        attrib_peak_clear(self->codes.tables[i]);
         if (keep_calls) {
             callfigures_rotate(self->codes.tables[i]);
         }
@@ -294,6 +313,8 @@ Tracer_clear(TracerObject *self, PyObject *args, PyObject *kwds)
     }
     curveset_clear(&self->curves);
     self->sample_errors = self->memory_errors = 0;
+    self->attrib_moved = 0;
+    self->attrib.failed = 0;
     Py_RETURN_NONE;
 }
 
@@ -352,6 +373,76 @@ Tracer_call_stats(TracerObject *self, PyObject *unused)
         Py_XDECREF(calls);
     }
     return result;
+}
+
+/* One function's peak as a tuple (see Tracer.peaks); NULL with an exception. */
+static PyObject *
+peak_to_tuple(const AttribPeak *p)
+{
+    PyObject *held = PyDict_New(), *row = NULL;
+    if (held == NULL) {
+        return NULL;
+    }
+    for (int s = 0; s < p->n_slots; s++) {
+        if (p->held[s] == 0) {
+            continue;
+        }
+        PyObject *k = PyLong_FromLong(p->first_line + s);
+        PyObject *v = PyLong_FromLongLong(p->held[s]);
+        int rc = (k && v) ? PyDict_SetItem(held, k, v) : -1;
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        if (rc < 0) {
+            goto done;
+        }
+    }
+    row = Py_BuildValue("(LiLLLO)", (long long)p->bytes, p->line, (long long)p->call,
+                        (long long)p->before, (long long)p->other, held);
+done:
+    Py_DECREF(held);
+    return row;
+}
+
+static PyObject *
+Tracer_peaks(TracerObject *self, PyObject *unused)
+{
+    if (!tracer_ready(self)) {
+        return NULL;
+    }
+    PyObject *result = PyList_New(0);
+    for (int i = 0; result != NULL && i < self->codes.n_tables; i++) {
+        LineTable *table = self->codes.tables[i];
+        AttribPeak *p = attrib_peak_copy(table);
+        PyObject *peak = p != NULL ? peak_to_tuple(p) : Py_NewRef(Py_None);
+        free(p);
+        PyObject *row = peak ? PyTuple_Pack(2, table->code, peak) : NULL;
+        if (row == NULL || PyList_Append(result, row) < 0) {
+            Py_CLEAR(result);
+        }
+        Py_XDECREF(row);
+        Py_XDECREF(peak);
+    }
+    return result;
+}
+
+/* Why there is no breakdown at the peak, or None. */
+static PyObject *
+Tracer_get_peak_unavailable(TracerObject *self, void *closure)
+{
+    if (!tracer_ready(self)) {
+        return NULL;
+    }
+    if (!attrib_offered(self->sampler.source.compiled)) {
+        return PyUnicode_FromString("its memory source is polled, so no allocation is "
+                                    "seen by itself");
+    }
+    if (self->attrib.failed) {
+        return PyUnicode_FromString("memory ran out while following allocations");
+    }
+    if (self->attrib_moved) {
+        return PyUnicode_FromString("the device changed while profiling");
+    }
+    Py_RETURN_NONE;
 }
 
 static PyObject *
@@ -447,6 +538,8 @@ static PyMethodDef Tracer_methods[] = {
      "[(code, {line: (count, net_growth, values)}), ...] in registration order"},
     {"call_stats", (PyCFunction)Tracer_call_stats, METH_NOARGS,
      "[(code, (calls, {line: (first, later, least_growth)})), ...] in registration order"},
+    {"peaks", (PyCFunction)Tracer_peaks, METH_NOARGS,
+     "[(code, (bytes, lineno, call, before, other, {lineno: held}) or None)]"},
     {"curves", (PyCFunction)Tracer_curves, METH_NOARGS,
      "[(code, (points, merged, call, calls, events)), ...]: each function's kept "
      "curve; a point is (line, active, reserved, peak, callee code or None)"},
@@ -458,6 +551,8 @@ static PyGetSetDef Tracer_getset[] = {
     {"growth_field", (getter)Tracer_get_growth_field, NULL, "net growth's field", NULL},
     {"enabled", (getter)Tracer_get_enabled, NULL, "receiving events", NULL},
     {"device", (getter)Tracer_get_device, NULL, "device index", NULL},
+    {"peak_unavailable", (getter)Tracer_get_peak_unavailable, NULL,
+     "why peaks have no breakdown, or None", NULL},
     {"sample_errors", (getter)Tracer_get_sample_errors, NULL, "failed readings", NULL},
     {"tool_id", (getter)Tracer_get_tool_id, NULL, "sys.monitoring tool id or -1", NULL},
     {NULL, NULL, NULL, NULL, NULL},

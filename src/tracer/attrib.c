@@ -1,0 +1,508 @@
+/* Why the peak (attrib.h): live blocks by the line that made them. */
+#include "attrib.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One open (or still referenced) outermost frame of a profiled function. */
+struct AttribCall {
+    int refs;              /* 1 while open, +1 per live block, +1 per child Call */
+    int is_open;
+    AttribCall *parent;    /* Owned reference. the enclosing Call on its thread */
+    int parent_line;       /* the parent's line when this began (fixed meanwhile) */
+    LineTable *table;      /* Borrowed: tables outlive their Calls (detach first) */
+    int line;              /* current line; written by its own thread (atomics) */
+    uint64_t thread;
+    uint64_t start_seq;    /* blocks numbered below this were alive before */
+    int64_t call;
+    int64_t before;        /* alive before it began, still alive */
+    int64_t other;         /* made by other threads since, still alive */
+    uint64_t mark;         /* the event that last walked through it */
+    AttribCall *next_open; /* Borrowed. the open list, newest first */
+    int64_t live[];        /* per line of the table: made there, still alive */
+};
+
+/* One live block.  ptr 0 marks an empty slot. */
+struct AttribBlock {
+    uintptr_t ptr;
+    int64_t size;
+    uint64_t seq;
+    AttribCall *call;      /* Owned reference, or NULL: made outside any Call */
+    int line;              /* call's line then */
+};
+
+#define MIN_CAPACITY 1024
+
+static pthread_mutex_t attrib_lock = PTHREAD_MUTEX_INITIALIZER;
+static Attrib *attached;          /* guarded by attrib_lock */
+static int any_attached;          /* atomics: the listener's early exit */
+static int fork_hooked;
+
+static void lock_for_fork(void) { pthread_mutex_lock(&attrib_lock); }
+static void unlock_after_fork(void) { pthread_mutex_unlock(&attrib_lock); }
+
+static inline int
+slot_of(const LineTable *table, int line)
+{
+    int s = line - table->first_line;
+    /* A line outside the table (before the first line event) counts on its
+     * first line, the def. */
+    return s >= 0 && s < table->n_slots ? s : 0;
+}
+
+static void
+call_release(AttribCall *c)
+{
+    while (c != NULL && --c->refs == 0) {
+        AttribCall *parent = c->parent;
+        free(c);
+        c = parent;
+    }
+}
+
+/* ---- the block table: linear probing, backward-shift deletion ---- */
+
+static inline size_t
+hash_ptr(uintptr_t ptr, size_t mask)
+{
+    return (size_t)(((uint64_t)ptr >> 4) * 0x9E3779B97F4A7C15ull >> 17) & mask;
+}
+
+static int
+blocks_resize(Attrib *a, size_t capacity)
+{
+    AttribBlock *fresh = calloc(capacity, sizeof(AttribBlock));
+    if (fresh == NULL) {
+        return -1;
+    }
+    size_t mask = capacity - 1;
+    for (size_t i = 0; i < a->capacity; i++) {
+        if (a->blocks[i].ptr != 0) {
+            size_t j = hash_ptr(a->blocks[i].ptr, mask);
+            while (fresh[j].ptr != 0) {
+                j = (j + 1) & mask;
+            }
+            fresh[j] = a->blocks[i];
+        }
+    }
+    free(a->blocks);
+    a->blocks = fresh;
+    a->capacity = capacity;
+    return 0;
+}
+
+static AttribBlock *
+blocks_find(Attrib *a, uintptr_t ptr)
+{
+    if (a->capacity == 0) {
+        return NULL;
+    }
+    size_t mask = a->capacity - 1;
+    for (size_t i = hash_ptr(ptr, mask);; i = (i + 1) & mask) {
+        if (a->blocks[i].ptr == ptr) {
+            return &a->blocks[i];
+        }
+        if (a->blocks[i].ptr == 0) {
+            return NULL;
+        }
+    }
+}
+
+/* A new slot for ptr (not present); NULL when out of memory. */
+static AttribBlock *
+blocks_add(Attrib *a, uintptr_t ptr)
+{
+    if ((a->used + 1) * 2 > a->capacity) {
+        size_t cap = a->capacity ? a->capacity * 2 : MIN_CAPACITY;
+        if (blocks_resize(a, cap) < 0) {
+            return NULL;
+        }
+    }
+    size_t mask = a->capacity - 1;
+    size_t i = hash_ptr(ptr, mask);
+    while (a->blocks[i].ptr != 0) {
+        i = (i + 1) & mask;
+    }
+    a->used++;
+    a->blocks[i].ptr = ptr;
+    return &a->blocks[i];
+}
+
+static void
+blocks_remove(Attrib *a, AttribBlock *b)
+{
+    size_t mask = a->capacity - 1;
+    size_t hole = (size_t)(b - a->blocks);
+    for (size_t i = (hole + 1) & mask; a->blocks[i].ptr != 0; i = (i + 1) & mask) {
+        size_t home = hash_ptr(a->blocks[i].ptr, mask);
+        /* Move it into the hole unless its home lies cyclically in (hole, i]. */
+        if (((i - home) & mask) >= ((i - hole) & mask)) {
+            a->blocks[hole] = a->blocks[i];
+            hole = i;
+        }
+    }
+    memset(&a->blocks[hole], 0, sizeof(AttribBlock));
+    a->used--;
+    /* Host memory follows the live blocks: shrink when mostly empty (a
+     * failure only keeps the larger table). */
+    if (a->capacity > MIN_CAPACITY && a->used * 8 < a->capacity) {
+        (void)blocks_resize(a, a->capacity / 2);
+    }
+}
+
+/* ---- Calls and peaks ---- */
+
+static AttribTop *
+top_of(Attrib *a, uint64_t thread)
+{
+    for (int i = 0; i < a->n_tops; i++) {
+        if (a->tops[i].thread == thread) {
+            return &a->tops[i];
+        }
+    }
+    return NULL;
+}
+
+static void
+snapshot_if_higher(Attrib *a, AttribCall *c)
+{
+    AttribPeak *p = c->table->peak;
+    if (p == NULL || a->level <= p->bytes) {
+        return;
+    }
+    p->bytes = a->level;
+    p->line = __atomic_load_n(&c->line, __ATOMIC_RELAXED);
+    p->call = c->call;
+    p->before = c->before;
+    p->other = c->other;
+    memcpy(p->held, c->live, sizeof(int64_t) * (size_t)p->n_slots);
+}
+
+static AttribPeak *
+peak_new(const LineTable *table)
+{
+    AttribPeak *p = calloc(1, sizeof(AttribPeak) + sizeof(int64_t) * (size_t)table->n_slots);
+    if (p != NULL) {
+        p->bytes = -1;
+        p->first_line = table->first_line;
+        p->n_slots = table->n_slots;
+    }
+    return p;
+}
+
+/* ---- events (attrib_lock held) ---- */
+
+static void
+on_free(Attrib *a, uintptr_t ptr, int64_t size)
+{
+    AttribBlock *b = blocks_find(a, ptr);
+    if (b == NULL) {
+        /* Made before we attached: alive before every open Call. */
+        for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
+            o->before -= size;
+        }
+        a->level -= size;
+        return;
+    }
+    size = b->size;
+    uint64_t mark = ++a->seq;
+    int line = b->line;
+    for (AttribCall *c = b->call; c != NULL; line = c->parent_line, c = c->parent) {
+        c->live[slot_of(c->table, line)] -= size;
+        c->mark = mark;
+    }
+    for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
+        if (o->mark == mark) {
+            continue;
+        }
+        if (b->seq < o->start_seq) {
+            o->before -= size;
+        }
+        else {
+            o->other -= size;
+        }
+    }
+    a->level -= size;
+    call_release(b->call);
+    blocks_remove(a, b);
+}
+
+static void
+on_alloc(Attrib *a, uint64_t thread, int python, uintptr_t ptr, int64_t size)
+{
+    if (blocks_find(a, ptr) != NULL) {
+        /* Its free never reached us: retire the stale block first. */
+        on_free(a, ptr, 0);
+    }
+    AttribTop *top = top_of(a, thread);
+    /* A thread without Python (autograd's engine) works for the newest open
+     * Call; a Python thread with no Call open here is another thread. */
+    AttribCall *call = top != NULL ? top->top : (python ? NULL : a->open);
+    int line = call != NULL ? __atomic_load_n(&call->line, __ATOMIC_RELAXED) : -1;
+    uint64_t seq = ++a->seq;
+    a->level += size;
+    AttribBlock *b = blocks_add(a, ptr);
+    if (b == NULL) {
+        a->failed = 1;     /* its free will count as "before": say so */
+    }
+    else {
+        b->size = size;
+        b->seq = seq;
+        b->call = call;
+        b->line = line;
+        if (call != NULL) {
+            call->refs++;
+        }
+    }
+    int l = line;
+    for (AttribCall *c = call; c != NULL; l = c->parent_line, c = c->parent) {
+        c->live[slot_of(c->table, l)] += size;
+        c->mark = seq;
+    }
+    for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
+        if (o->mark != seq) {
+            o->other += size;
+        }
+    }
+    for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
+        snapshot_if_higher(a, o);
+    }
+}
+
+void
+attrib_listener(const char *source, int device, uintptr_t ptr, int64_t size, int alloc)
+{
+    if (!__atomic_load_n(&any_attached, __ATOMIC_ACQUIRE) || ptr == 0) {
+        return;
+    }
+    uint64_t thread = (uint64_t)PyThread_get_thread_ident();
+    /* Callable without the GIL: NULL on a thread Python never ran on. */
+    int python = PyGILState_GetThisThreadState() != NULL;
+    pthread_mutex_lock(&attrib_lock);
+    for (Attrib *a = attached; a != NULL; a = a->next) {
+        if (a->device != device || strcmp(a->source->name, source) != 0) {
+            continue;
+        }
+        if (alloc) {
+            on_alloc(a, thread, python, ptr, size);
+        }
+        else {
+            on_free(a, ptr, size);
+        }
+    }
+    pthread_mutex_unlock(&attrib_lock);
+}
+
+/* ---- control ---- */
+
+int
+attrib_offered(const memlab_source *source)
+{
+    return source != NULL && source->listen != NULL;
+}
+
+int
+attrib_attach(Attrib *a, const memlab_source *source, int device)
+{
+    int64_t level = 0;
+    if (a->attached) {
+        return 0;
+    }
+    if (!attrib_offered(source)) {
+        return 0;
+    }
+    if (!fork_hooked) {
+        fork_hooked = pthread_atfork(lock_for_fork, unlock_after_fork,
+                                     unlock_after_fork) == 0;
+    }
+    pthread_mutex_lock(&attrib_lock);
+    a->source = source;
+    a->device = device;
+    a->failed = 0;
+    a->next = attached;
+    attached = a;
+    a->attached = 1;
+    __atomic_store_n(&any_attached, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&attrib_lock);
+    /* Listen after joining the list: a block made in between is counted by
+     * both the level read below and its event, so read the level last and
+     * under the lock. */
+    if (source->listen(device, attrib_listener, &level) < 0) {
+        attrib_detach(a);
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the memory source refused to push its allocations");
+        return -1;
+    }
+    pthread_mutex_lock(&attrib_lock);
+    a->level = level;
+    pthread_mutex_unlock(&attrib_lock);
+    return 0;
+}
+
+void
+attrib_detach(Attrib *a)
+{
+    pthread_mutex_lock(&attrib_lock);
+    if (!a->attached) {
+        pthread_mutex_unlock(&attrib_lock);
+        return;
+    }
+    Attrib **link = &attached;
+    while (*link != NULL && *link != a) {
+        link = &(*link)->next;
+    }
+    if (*link == a) {
+        *link = a->next;
+    }
+    a->next = NULL;
+    a->attached = 0;
+    if (attached == NULL) {
+        __atomic_store_n(&any_attached, 0, __ATOMIC_RELEASE);
+    }
+    for (size_t i = 0; i < a->capacity; i++) {
+        if (a->blocks[i].ptr != 0) {
+            call_release(a->blocks[i].call);
+        }
+    }
+    free(a->blocks);
+    a->blocks = NULL;
+    a->capacity = a->used = 0;
+    /* Frames close before detach (tracer_close_all_frames); any Call still
+     * open lost its frame's end: close it here. */
+    while (a->open != NULL) {
+        AttribCall *c = a->open;
+        a->open = c->next_open;
+        c->is_open = 0;
+        call_release(c);
+    }
+    free(a->tops);
+    a->tops = NULL;
+    a->n_tops = a->cap_tops = 0;
+    pthread_mutex_unlock(&attrib_lock);
+}
+
+AttribCall *
+attrib_push(Attrib *a, LineTable *table, int line, int64_t call)
+{
+    AttribCall *c = NULL;
+    if (!a->attached) {
+        return NULL;
+    }
+    uint64_t thread = (uint64_t)PyThread_get_thread_ident();
+    pthread_mutex_lock(&attrib_lock);
+    AttribTop *top = top_of(a, thread);
+    AttribCall *parent = top != NULL ? top->top : NULL;
+    for (AttribCall *x = parent; x != NULL; x = x->parent) {
+        if (x->table == table) {
+            goto done;      /* recursive: the outer frame's calling line counts */
+        }
+    }
+    if (table->peak == NULL && (table->peak = peak_new(table)) == NULL) {
+        a->failed = 1;
+        goto done;
+    }
+    if (top == NULL) {
+        if (a->n_tops == a->cap_tops) {
+            int cap = a->cap_tops ? a->cap_tops * 2 : 8;
+            AttribTop *tops = realloc(a->tops, sizeof(AttribTop) * (size_t)cap);
+            if (tops == NULL) {
+                a->failed = 1;
+                goto done;
+            }
+            a->tops = tops;
+            a->cap_tops = cap;
+        }
+        top = &a->tops[a->n_tops++];
+        top->thread = thread;
+        top->top = NULL;
+    }
+    c = calloc(1, sizeof(AttribCall) + sizeof(int64_t) * (size_t)table->n_slots);
+    if (c == NULL) {
+        a->failed = 1;
+        if (top->top == NULL) {
+            *top = a->tops[--a->n_tops];
+        }
+        goto done;
+    }
+    c->refs = 1;
+    c->is_open = 1;
+    c->parent = parent;
+    if (parent != NULL) {
+        parent->refs++;
+        c->parent_line = __atomic_load_n(&parent->line, __ATOMIC_RELAXED);
+    }
+    c->table = table;
+    c->line = line;
+    c->thread = thread;
+    c->start_seq = a->seq + 1;
+    c->call = call;
+    c->before = a->level;
+    c->next_open = a->open;
+    a->open = c;
+    top->top = c;
+    snapshot_if_higher(a, c);
+done:
+    pthread_mutex_unlock(&attrib_lock);
+    return c;
+}
+
+void
+attrib_set_line(AttribCall *c, int line)
+{
+    __atomic_store_n(&c->line, line, __ATOMIC_RELAXED);
+}
+
+void
+attrib_pop(Attrib *a, AttribCall *c)
+{
+    pthread_mutex_lock(&attrib_lock);
+    if (c->is_open) {
+        AttribCall **link = &a->open;
+        while (*link != NULL && *link != c) {
+            link = &(*link)->next_open;
+        }
+        if (*link == c) {
+            *link = c->next_open;
+        }
+        c->next_open = NULL;
+        c->is_open = 0;
+        AttribTop *top = top_of(a, c->thread);
+        if (top != NULL && top->top == c) {
+            top->top = c->parent;
+            if (top->top == NULL) {
+                *top = a->tops[--a->n_tops];
+            }
+        }
+        call_release(c);
+    }
+    pthread_mutex_unlock(&attrib_lock);
+}
+
+AttribPeak *
+attrib_peak_copy(const LineTable *table)
+{
+    AttribPeak *copy = NULL;
+    pthread_mutex_lock(&attrib_lock);
+    const AttribPeak *p = table->peak;
+    if (p != NULL && p->bytes >= 0) {
+        size_t n = sizeof(AttribPeak) + sizeof(int64_t) * (size_t)p->n_slots;
+        copy = malloc(n);
+        if (copy != NULL) {
+            memcpy(copy, p, n);
+        }
+    }
+    pthread_mutex_unlock(&attrib_lock);
+    return copy;
+}
+
+void
+attrib_peak_clear(LineTable *table)
+{
+    pthread_mutex_lock(&attrib_lock);
+    if (table->peak != NULL) {
+        table->peak->bytes = -1;
+        memset(table->peak->held, 0, sizeof(int64_t) * (size_t)table->peak->n_slots);
+    }
+    pthread_mutex_unlock(&attrib_lock);
+}
