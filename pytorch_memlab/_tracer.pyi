@@ -70,6 +70,10 @@ class Tracer:
     @property
     def tool_id(self) -> int:
         """The sys.monitoring tool id, or -1."""
+    @property
+    def peak_unavailable(self) -> str | None:
+        """Why ``peaks()`` has no breakdown (a polled source, memory ran out,
+        the device changed), or None."""
     def __init__(self, source: Any, device: int, columns: Sequence[str],
                  growth_field: str | None = None, curve: str | int | None = None,
                  curve_columns: tuple[str | None, str | None] | None = None) -> None:
@@ -111,6 +115,14 @@ class Tracer:
         the least net growth of the line in one call after the first (0 for a
         call it did not run in), None before the third call.  ``stats()``
         is the two folded together."""
+    def peaks(self) -> list[tuple[CodeType, tuple[int, int, int, int, int, dict[int, int]] | None]]:
+        """Per registered code object, what was alive at its function's
+        highest level (over all its outermost frames): ``(bytes, lineno,
+        call, before_call, other_threads, {lineno: held})``, where ``bytes``
+        is the level, ``lineno`` the function's line then, ``held`` what each
+        line made (callees included) still alive; the parts sum to
+        ``bytes``.  None before it ran, or for a source that does not push its
+        allocations."""
     def curves(self) -> list[tuple[CodeType, tuple[list[tuple[int, int, int, int, CodeType | None]],
                                                     int, int, int, int]]]:
         """[(code, (points, merged, call, calls, line_events)), ...] for each

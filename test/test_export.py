@@ -21,6 +21,10 @@ COLUMNS = ("active_bytes.all.peak", "reserved_bytes.all.peak", "allocation.all.a
            "active_bytes.all.current")
 
 
+# the CSV's cells of what was alive at the peak (schema version 4)
+PEAK = ("held_at_peak", "peak.bytes", "peak.lineno", "peak.call", "peak.before_call",
+        "peak.other_threads")
+
 def work():
     x = torch.empty(262144)
     y = torch.empty(524288)
@@ -108,7 +112,7 @@ def test_json_schema(prof, tmp_path):
     prof.save(path)
     data = json.loads(path.read_text())
     assert data["format"] == "pytorch_memlab.line_profile"
-    assert data["schema_version"] == SCHEMA_VERSION == 3
+    assert data["schema_version"] == SCHEMA_VERSION == 4
     assert data["torch_version"] == str(torch.__version__)
     assert data["pytorch_memlab_version"] == pytorch_memlab.__version__
     assert data["python_version"] == "%d.%d.%d" % sys.version_info[:3]
@@ -123,7 +127,9 @@ def test_json_schema(prof, tmp_path):
     assert record["device"] == "cpu" and record["columns"] == list(COLUMNS)
     lines = {line["code"].strip(): line for line in record["lines"]}
     assert set(lines["def work():"]) == {"lineno", "code", "count", "net_growth", "raised",
-                                         *COLUMNS, "first_call", "later_calls"}
+                                         *COLUMNS, "first_call", "later_calls",
+                                         "held_at_peak"}
+    assert set(record["peak"]) == {"bytes", "lineno", "call", "before_call", "other_threads"}
     first = lines["x = torch.empty(262144)"]
     assert first["count"] == 2 and first["net_growth"] == 2 * MiB
     assert first["allocation.all.allocated"] == 2            # a counter: summed
@@ -144,7 +150,7 @@ def test_csv_layout(prof, tmp_path):
                                                ("first_call", "later_calls")
                                                for key in ("count", "net_growth", *COLUMNS)]
     assert rows[0] == ('"qualname",filename,first_line,device,lineno,count,net_growth,'
-                       + ",".join(COLUMNS + tuple(per_call)) + ",raised,code")
+                       + ",".join(COLUMNS + tuple(per_call) + PEAK) + ",raised,code")
     lines = sum(len(r["lines"]) for r in prof.stats())
     assert lines == len(rows) - 2 and rows[-1] == f"#end,{lines}"
     assert any(row.startswith("work,") and row.endswith(",,    del x") for row in rows)
@@ -279,7 +285,8 @@ def test_to_dataframe(prof, tmp_path):
                                                ("first_call", "later_calls")
                                                for key in ("count", "net_growth", *COLUMNS)]
     assert list(live.columns) == ["qualname", "filename", "first_line", "device", "lineno",
-                                  "count", "net_growth", *COLUMNS, *per_call, "raised", "code"]
+                                  "count", "net_growth", *COLUMNS, *per_call, *PEAK, "raised",
+                                  "code"]
     assert str(live["net_growth"].dtype) == "Int64"
     row = live[(live.qualname == "work") & live.code.str.contains("del x")].iloc[0]
     assert row["net_growth"] == -2 * MiB and row["count"] == 2

@@ -163,11 +163,11 @@ def test_line_magic_displays_table(shell, capsys):
     assert mlrun(shell, f"-g cpu -f work work({QUARTER})") is None
     out = capsys.readouterr().out
     assert "## work" in out
-    assert "active_bytes  reserved_bytes  active_bytes  count  line  code" in out
+    assert "active_bytes  reserved_bytes  held at  active_bytes  count  line  code" in out
     cells = table_row(out, "# 1 MiB")
-    assert cells[2:5] == ["1.00M", "1", str(line_of(work, "# 1 MiB"))]
-    assert table_row(out, "# 2 MiB")[2] == "2.00M"
-    assert table_row(out, "del x")[2] == "-1.00M"
+    assert cells[3:6] == ["1.00M", "1", str(line_of(work, "# 1 MiB"))]
+    assert table_row(out, "# 2 MiB")[3] == "2.00M"
+    assert table_row(out, "del x")[3] == "-1.00M"
 
 
 def test_return_profiler_also_displays(shell, capsys):

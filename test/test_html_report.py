@@ -69,7 +69,7 @@ def test_self_contained_with_a_bar_per_figure(profile_path):
     assert not re.search(r"<link|<img|<iframe|\bsrc=|@import|url\(", text)
     assert set(re.findall(r"https?://[^\"' ]+", text)) == {"http://www.w3.org/2000/svg"}
     figures = [line.get(c) for r in saved.stats() for line in r["lines"]
-               for c in r["columns"] + ["net_growth"]]
+               for c in r["columns"] + ["held_at_peak", "net_growth"]]
     assert text.count('class="bar"') == sum(1 for v in figures if v)
     assert text.count('<table class="prof"') == 3
     curves = sum(1 for r in saved.stats() if r.get("curve"))   # issue 27: one SVG each

@@ -360,7 +360,7 @@ def test_stats_shape(prof_factory):
     record = records[0]
     # a function that ran keeps the curve of one call (issue 27)
     assert set(record) == {"qualname", "filename", "first_line", "device", "columns", "lines",
-                           "calls", "curve", "curve_of"}
+                           "calls", "curve", "curve_of", "peak"}
     assert record["filename"] == __file__
     assert record["first_line"] == grow_then_free.__code__.co_firstlineno
     assert record["device"] == "cpu"
@@ -370,7 +370,8 @@ def test_stats_shape(prof_factory):
     assert [line["code"] for line in record["lines"]] == [s.rstrip("\n") for s in source]
     for line in record["lines"]:
         assert set(line) == {"lineno", "code", "count", "net_growth", PEAK,
-                             "reserved_bytes.all.peak", "raised", "first_call", "later_calls"}
+                             "reserved_bytes.all.peak", "raised", "first_call", "later_calls",
+                             "held_at_peak"}
     header = record["lines"][0]                  # the def line never runs
     assert header["count"] == 0 and header["net_growth"] is None and header[PEAK] is None
     assert all(line["count"] == 0 for line in records[1]["lines"])   # never called
@@ -450,15 +451,16 @@ def test_text_layout_in_fresh_process(tmp_path):
     assert lines[0] == "## work"
     assert lines[1] == ""
     assert "cpu" in lines[2] and set(lines[2]) <= set("─ cpu")
-    assert lines[3].split() == ["active_bytes", "reserved_bytes", "active_bytes",
+    assert lines[3].split() == ["active_bytes", "reserved_bytes", "held", "at", "active_bytes",
                                 "count", "line", "code"]
-    assert lines[4].split() == ["all.peak", "all.peak", "net", "growth"]
+    assert lines[4].split() == ["all.peak", "all.peak", "peak", "net", "growth"]
     body = [line.split() for line in lines[5:]]
     assert body[0] == ["4", "def", "work():"]                     # never runs: blanks
-    assert body[1][:5] == ["1.00M", "1.00M", "1.00M", "1", "5"]
-    assert body[2][:5] == ["3.00M", "3.00M", "2.00M", "1", "6"]
-    assert body[3][:5] == ["3.00M", "3.00M", "-1.00M", "1", "7"]
-    assert body[4][:5] == ["2.00M", "2.00M", "0.00B", "1", "8"]
+    assert body[1][:6] == ["1.00M", "1.00M", "1.00M", "1.00M", "1", "5"]
+    assert body[2][:6] == ["3.00M", "3.00M", "2.00M", "2.00M", "1", "6"]
+    assert body[3][:6] == ["3.00M", "3.00M", "0.00B", "-1.00M", "1", "7"]
+    assert body[4][:6] == ["2.00M", "2.00M", "0.00B", "0.00B", "1", "8"]
+    assert lines[11] == "peak 3.00M on line 6 (call 1): 2.00M line 6, 1.00M line 5"
     code_at = lines[3].index("code")
     assert lines[7][code_at:] == "    y = torch.empty(524288)"
 

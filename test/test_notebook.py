@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "demo.ipynb"
-HEADER = "active_bytes  reserved_bytes  active_bytes  count  line  code"
+HEADER = "active_bytes  reserved_bytes  held at  active_bytes  count  line  code"
 
 
 def kernel_manager_class(workdir: Path):

@@ -88,12 +88,16 @@ def test_failure_shows_the_table_with_the_peak_line_and_the_helper(run, pytester
     out = run("-q", "-k", "over", subprocess=True).stdout.str()   # 5 MiB held, nothing else
     # the test's own table, the peak reached on the line calling helper
     assert re.search(r"^## test_one_byte_over$", out, re.M)
-    assert re.search(r"^ +8\.00M +8\.00M +2\.00M +1 +14 +y = helper\(524288\)   <-- peak$",
+    assert re.search(r"^ +8\.00M +8\.00M +2\.00M +2\.00M +1 +14 +y = helper\(524288\)   <-- peak$",
                      out, re.M), out
-    assert re.search(r"^ +6\.00M +6\.00M +1\.00M +1 +13 +x = torch.empty\(262144\)$", out, re.M)
+    assert re.search(r"^ +6\.00M +6\.00M +1\.00M +1\.00M +1 +13 +x = torch.empty\(262144\)$",
+                     out, re.M)
+    # what the peak is made of (issue 26)
+    assert re.search(r"^peak 8\.00M on line 14 \(call 1\): 5\.00M before the call, "
+                     r"2\.00M line 14, 1\.00M line 13$", out, re.M), out
     # and helper's, where the peak was reached
     assert re.search(r"^## helper$", out, re.M)
-    assert re.search(r"^ +8\.00M +8\.00M +2\.00M +1 +8 +t = torch.empty\(n\)"
+    assert re.search(r"^ +8\.00M +8\.00M +2\.00M +2\.00M +1 +8 +t = torch.empty\(n\)"
                      r"   <-- peak \(inside this call\)$", out, re.M), out
 
 
@@ -317,7 +321,8 @@ def test_readme_failure_output_is_what_pytest_prints(run, pytester):
     torch = pytest.importorskip("torch")
     blocks = _readme_blocks()
     source = next(code for lang, code in blocks if code.startswith("# test_attention.py"))
-    failure, summary = [code for lang, code in blocks if lang == "text"]
+    # the section's first two outputs (later sections' blocks follow them)
+    failure, summary = [code for lang, code in blocks if lang == "text"][:2]
     pytester.makepyfile(test_attention=source)
     result = run("-q", subprocess=True)
     result.assert_outcomes(passed=1, failed=1)

@@ -288,7 +288,8 @@ class LineProfiler:
             records = build_records(entries, self._tracers.labels(), self._tracers.stats(),
                                     self.columns, shown, self._raised,
                                     self._tracers.call_stats(),
-                                    self._tracers.curves(), self.curve)
+                                    self._tracers.curves(), self.curve,
+                                    self._tracers.peaks())
             return postmortem.attach(records, self._postmortem)
 
     def _untraced_notes(self, entries: list[FunctionEntry],

@@ -9,8 +9,8 @@ from typing import Optional, Sequence
 
 from ..records.curve import CurveArg, CurveInfo, CurvePoint
 from ..records.model import GROWTH, FunctionRecord, LineRecord
-from .tracers import (CallStats, CallTable, CurvePoints, Figures, LineTable, TracerCurves,
-                      TracerStats)
+from .tracers import (CallStats, CallTable, CurvePoints, Figures, LineTable, PeakTuple,
+                      TracerCurves, TracerPeaks, TracerStats)
 from .functions import FunctionEntry
 from .source_text import source_lines
 
@@ -30,7 +30,9 @@ def _part(figures: Optional[Figures], position: dict[str, int]) -> dict[str, Opt
 
 def _lines(code: types.CodeType, table: LineTable, calls: CallTable,
            recorded: Sequence[str], shown: Sequence[str],
-           raised: dict[int, str]) -> list[LineRecord]:
+           raised: dict[int, str], held: Optional[dict[int, int]] = None) -> list[LineRecord]:
+    """Every source line's record; ``held``: bytes each line held at the
+    function's peak (None: not known)."""
     position = {name: recorded.index(name) for name in shown}
     n_calls, first_kept, per_call = calls
     rows: list[LineRecord] = []
@@ -43,8 +45,19 @@ def _lines(code: types.CodeType, table: LineTable, calls: CallTable,
             raised.get(lineno),
             first_call=_part(first, position) if first_kept else None,
             later_calls=_part(later, position) if first_kept else None,
-            growth_per_call=max(least, 0) if least is not None and figures else None))
+            growth_per_call=max(least, 0) if least is not None and figures else None,
+            held_at_peak=None if held is None else held.get(lineno, 0 if figures else None),
+            has_held=True))
     return rows
+
+
+def _peak(found: Optional[PeakTuple]) -> tuple[Optional[dict[str, int]], Optional[dict[int, int]]]:
+    """(record["peak"], held per line) of a tracer's peak tuple."""
+    if found is None:
+        return None, None
+    size, lineno, call, before, other, held = found
+    return ({"bytes": size, "lineno": lineno, "call": call, "before_call": before,
+             "other_threads": other}, held)
 
 
 def _points(points: CurvePoints, names: dict[int, str]) -> list[CurvePoint]:
@@ -60,7 +73,8 @@ def build_records(entries: Sequence[FunctionEntry], labels: Sequence[str],
                   shown: Sequence[str], raised: Raised,
                   per_call: Sequence[CallStats] = (),
                   curves: Sequence[TracerCurves] = (),
-                  choice: CurveArg = None) -> list[FunctionRecord]:
+                  choice: CurveArg = None,
+                  peaks: Sequence[TracerPeaks] = ()) -> list[FunctionRecord]:
     """Records for every code object of ``entries``: the current one always,
     earlier ones (before ``__code__`` was replaced) only if they have figures."""
     records: list[FunctionRecord] = []
@@ -70,6 +84,7 @@ def build_records(entries: Sequence[FunctionEntry], labels: Sequence[str],
     none: CallTable = (0, False, {})
     names = {id(code): entry.qualname for entry in entries for code in entry.codes}
     kept = [{id(code): found for code, found in device} for device in curves]
+    at_peak = [({id(code): found for code, found in device}, why) for device, why in peaks]
     for entry in entries:
         for code in entry.codes:
             tables = [found.get(id(code), {}) for found in by_code]
@@ -78,10 +93,13 @@ def build_records(entries: Sequence[FunctionEntry], labels: Sequence[str],
             if not current and not any(tables) and id(code) not in raised:
                 continue
             for d, (device, table, called) in enumerate(zip(labels, tables, calls)):
+                found_peaks, why = at_peak[d] if d < len(at_peak) else ({}, "not recorded")
+                peak, held = _peak(found_peaks.get(id(code))) if why is None else (None, None)
                 record = FunctionRecord(
                     entry.qualname, code.co_filename, code.co_firstlineno, device, list(shown),
-                    _lines(code, table, called, recorded, shown, raised.get(id(code), {})),
-                    calls=called[0] if called[0] else None)
+                    _lines(code, table, called, recorded, shown, raised.get(id(code), {}),
+                           held),
+                    calls=called[0] if called[0] else None, peak=peak, peak_missing=why)
                 found = kept[d].get(id(code)) if d < len(kept) else None
                 if found is not None and choice is not None:
                     points, merged, call, n_calls, events = found

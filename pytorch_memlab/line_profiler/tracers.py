@@ -26,6 +26,10 @@ CallStats = list[tuple[types.CodeType, CallTable]]
 # kept curve; a point (lineno, active, reserved, peak, callee code or None)
 CurvePoints = list[tuple[int, int, int, int, Optional[types.CodeType]]]
 TracerCurves = list[tuple[types.CodeType, tuple[CurvePoints, int, int, int, int]]]
+# [(code, (bytes, lineno, call, before_call, other_threads, {lineno: held}) or None)]
+# and why there is no breakdown (None: there is): native Tracer.peaks()
+PeakTuple = tuple[int, int, int, int, int, dict[int, int]]
+TracerPeaks = tuple[list[tuple[types.CodeType, Optional[PeakTuple]]], Optional[str]]
 
 
 class TracerSet:
@@ -105,3 +109,6 @@ class TracerSet:
         return [tracer.call_stats() for tracer in self.tracers]
     def curves(self) -> list[TracerCurves]:
         return [tracer.curves() for tracer in self.tracers]
+
+    def peaks(self) -> list[TracerPeaks]:
+        return [(tracer.peaks(), tracer.peak_unavailable) for tracer in self.tracers]

@@ -1,7 +1,9 @@
 """The CSV file: one row per source line of every function and device, with
 the header ``qualname, filename, first_line, device, lineno, count,
-net_growth, <columns...>, <figures per call...>, raised, code``; an empty cell
-is a null.  The figures per call (since schema version 3; ``call_header``) are
+net_growth, <columns...>, <figures per call...>, <the peak...>, raised, code``;
+an empty cell is a null.  The peak (since schema version 4; ``PEAK_HEADER``) is
+the line's ``held_at_peak`` then the function's ``peak.<key>``; a file without
+it loads as not having recorded it.  The figures per call (since schema version 3; ``call_header``) are
 the function's ``calls``, the line's ``growth_per_call``, then
 ``first_call.<key>`` and ``later_calls.<key>`` for count, net_growth and each
 column; a file without them loads as not having recorded them.  It has no
@@ -21,7 +23,7 @@ import io
 from typing import IO, Any, Optional, Sequence
 
 from .document import RECORD_KEYS, SCHEMA_VERSION, meanings_of
-from .model import GROWTH, FunctionRecord, LineRecord, Profile
+from .model import GROWTH, HELD, PEAK_KEYS, FunctionRecord, LineRecord, Profile
 
 _NUMBERS = ("lineno", "count", GROWTH)
 
@@ -37,9 +39,13 @@ def call_header(columns: Sequence[str]) -> list[str]:
     return ["calls", "growth_per_call"] + [f"{part}.{k}" for part in _PARTS for k in keys]
 
 
+# What was alive at the peak (schema version 4), after the figures per call.
+PEAK_HEADER = [HELD] + [f"peak.{key}" for key in PEAK_KEYS]
+
+
 def header(columns: Sequence[str]) -> list[str]:
     return (list(RECORD_KEYS) + list(_NUMBERS) + list(columns) + call_header(columns)
-            + ["raised", "code"])
+            + PEAK_HEADER + ["raised", "code"])
 
 
 def _call_cells(record: FunctionRecord, line: LineRecord, columns: Sequence[str]) -> list[Any]:
@@ -55,6 +61,7 @@ def row_values(record: FunctionRecord, line: LineRecord, columns: Sequence[str])
     return ([record.qualname, record.filename, record.first_line, record.device,
              line.lineno, line.count, line.net_growth]
             + [line.figures.get(c) for c in columns] + _call_cells(record, line, columns)
+            + [line.held_at_peak] + [record.peak[k] if record.peak else None for k in PEAK_KEYS]
             + [line.raised, line.code])
 
 
@@ -122,12 +129,17 @@ def loads(text: str, where: str) -> Profile:
                          + ", ".join(header(["<columns...>"])))
     names = head[len(RECORD_KEYS):-2]
     columns = names[len(_NUMBERS):]
+    has_peak = names[-len(PEAK_HEADER):] == PEAK_HEADER   # schema version 4
+    if has_peak:
+        names = names[:-len(PEAK_HEADER)]
+        columns = columns[:-len(PEAK_HEADER)]
     if "calls" in columns:        # schema version 3: the figures per call follow
         columns = columns[:columns.index("calls")]
         if names[len(_NUMBERS) + len(columns):] != call_header(columns):
             raise ValueError(f"{where} is not a pytorch_memlab CSV profile: after the columns "
                              "the header should be " + ", ".join(call_header(columns)))
     per_call = len(names) > len(_NUMBERS) + len(columns)
+    names += PEAK_HEADER if has_peak else []
     functions: list[FunctionRecord] = []
     devices: list[str] = []
     try:
@@ -149,15 +161,20 @@ def loads(text: str, where: str) -> Profile:
             raise ValueError(f"{where}, row {number}: lineno and count must be integers")
         key = (filename, first_line, qualname)
         figures = values[3:3 + len(columns)]
-        calls_cells = values[3 + len(columns):]
+        peak_cells = values[len(values) - len(PEAK_HEADER):] if has_peak else []
+        calls_cells = values[3 + len(columns):len(values) - len(peak_cells)]
         calls = calls_cells[0] if per_call else None
         if not functions or functions[-1].key != key or functions[-1].device != device:
+            peak = dict(zip(PEAK_KEYS, peak_cells[1:])) if peak_cells[1:2] != [None] \
+                and has_peak else None
             functions.append(FunctionRecord(qualname, filename, first_line, device,
-                                            list(columns), [], calls=calls))
+                                            list(columns), [], calls=calls,
+                                            peak=peak))  # type: ignore[arg-type]
             if device not in devices:
                 devices.append(device)
         line = LineRecord(lineno, row[-1], count, values[2], dict(zip(columns, figures)),
-                          row[-2] or None)
+                          row[-2] or None, held_at_peak=peak_cells[0] if has_peak else None,
+                          has_held=has_peak)
         if per_call and calls is not None:
             part_keys = ["count", GROWTH] + list(columns)
             line.growth_per_call = calls_cells[1]

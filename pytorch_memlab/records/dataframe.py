@@ -28,5 +28,6 @@ def dataframe(records: Sequence[FunctionRecord]) -> "pandas.DataFrame":
     rows = [csv_file.row_values(record, line, columns)
             for record in records for line in record.lines]
     frame = pandas.DataFrame(rows, columns=csv_file.header(columns))
-    numeric = ["first_line", "lineno", "count", GROWTH] + columns + csv_file.call_header(columns)
+    numeric = (["first_line", "lineno", "count", GROWTH] + columns
+               + csv_file.call_header(columns) + csv_file.PEAK_HEADER)
     return frame.astype({name: "Int64" for name in numeric})

@@ -1,10 +1,10 @@
 """A profile as the JSON document ``LineProfiler.save`` writes, and back.
 
-Schema version 3 (``SCHEMA_VERSION``)::
+Schema version 4 (``SCHEMA_VERSION``)::
 
     {
       "format": "pytorch_memlab.line_profile",
-      "schema_version": 3,
+      "schema_version": 4,
       "pytorch_memlab_version": "1.0.0",
       "torch_version": "2.13.0+cpu",
       "python_version": "3.11.9",
@@ -24,7 +24,10 @@ Schema version 3 (``SCHEMA_VERSION``)::
             "reserved_bytes.all.peak": null, "raised": null},
            {"lineno": 13, "code": "        h = self.linear(x)", "count": 3,
             "net_growth": 786432, "active_bytes.all.peak": 1310720,
-            "reserved_bytes.all.peak": 1310720, "raised": null}],
+            "reserved_bytes.all.peak": 1310720, "held_at_peak": 262144,
+            "raised": null}],
+         "peak": {"bytes": 1310720, "lineno": 13, "call": 1,   # optional, see below
+                  "before_call": 1048576, "other_threads": 0},
          "curve": [[13, 786432, 2097152, 1310720],    # optional, see below
                    [21, 786432, 2097152, 1048576, "Net.block"]],
          "curve_of": {"choice": "peak", "call": 2, "calls": 3, "line_events": 2,
@@ -76,6 +79,15 @@ profiled call; ``curve_of`` says which call (``choice``: "peak", "first",
 "last" or a call number) and how many line events each point holds
 (``merged``).  A record without a curve has neither key; older files load
 with no curve.
+``held_at_peak`` and ``peak`` (new in version 4): each line's
+``held_at_peak`` is the bytes made while it ran (its callees included) and
+still alive when the function reached its highest level (``peak.bytes``, in
+its call ``peak.call``, while ``peak.lineno`` ran); ``before_call`` were
+alive before that call began, ``other_threads`` made by other threads during
+it.  The lines' figures, ``before_call`` and ``other_threads`` sum to
+``peak.bytes``.  A source that is polled cannot tell: its lines have
+``"held_at_peak": null`` and the record no ``peak``.  Older files have
+neither key.
 """
 from __future__ import annotations
 
@@ -83,11 +95,11 @@ from typing import Any, Optional, Sequence
 
 from .curve import CurveInfo, CurvePoint
 from .meanings import KINDS, UNITS, Field, torch_meaning
-from .model import (GROWTH, VERSION_KEYS, FunctionRecord, LineRecord, Profile,
-                    TimelineRow)
+from .model import (GROWTH, HELD, PEAK_KEYS, VERSION_KEYS, FunctionRecord, LineRecord,
+                    Profile, TimelineRow)
 
 FORMAT = "pytorch_memlab.line_profile"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 RECORD_KEYS = ("qualname", "filename", "first_line", "device")
 _LINE_KEYS = ("lineno", "code", "count", GROWTH, "raised")
 _KNOWN = {"format", "schema_version", "created", "devices", "columns", "column_meanings",
@@ -175,7 +187,10 @@ class _Reader:
             later_calls=self.calls_part(obj, "later_calls", columns, place),
             growth_per_call=self.typed(obj, "growth_per_call", int, place,
                                        "an integer or null", optional=True)
-            if "growth_per_call" in obj else None)
+            if "growth_per_call" in obj else None,
+            held_at_peak=self.typed(obj, HELD, int, place, "an integer or null",
+                                    optional=True) if HELD in obj else None,
+            has_held=HELD in obj)
 
     def calls_part(self, obj: dict[str, Any], key: str, columns: Sequence[str],
                    place: str) -> Optional[dict[str, Optional[int]]]:
@@ -214,7 +229,15 @@ class _Reader:
             if "calls" in obj else None,
             curve=self.curve(obj["curve"], f"{place}.curve") if "curve" in obj else None,
             curve_of=self.curve_of(obj.get("curve_of"), f"{place}.curve_of")
-            if "curve" in obj else None)
+            if "curve" in obj else None,
+            peak=self.peak(obj["peak"], f"{place}.peak") if obj.get("peak") is not None
+            else None)
+
+    def peak(self, obj: Any, place: str) -> dict[str, int]:
+        if not isinstance(obj, dict):
+            raise self.fail(place, f"it is {_show(obj)}; expected an object with "
+                            + ", ".join(PEAK_KEYS))
+        return {key: self.typed(obj, key, int, place, "an integer") for key in PEAK_KEYS}
 
     def curve(self, obj: Any, place: str) -> list[CurvePoint]:
         accepted = "[lineno, active, reserved, line_peak] (integers), then a callee's qualname"

@@ -20,6 +20,12 @@ from .meanings import Field, torch_meaning
 GROWTH = "net_growth"
 # A line's figures per call (schema version 3), present once known.
 CALL_KEYS = ("first_call", "later_calls", "growth_per_call")
+# Bytes made while the line ran and still alive at its function's peak
+# (schema version 4): a figure of every line of a push-source profile, shown
+# after the columns; None where the source could not tell (polled).
+HELD = "held_at_peak"
+# What a function's record["peak"] holds (schema version 4).
+PEAK_KEYS = ("bytes", "lineno", "call", "before_call", "other_threads")
 
 
 class _ReadsAsDict(Mapping[str, Any]):
@@ -63,18 +69,26 @@ class LineRecord(_ReadsAsDict):
     # After 3 or more calls, a line that ran: the least net growth of one call
     # after the first when every one of them grew, else 0.  None: not known.
     growth_per_call: Optional[int] = None
+    # HELD: bytes it made still alive at the function's peak; None: not known.
+    # has_held: the record carries the key (a profile of schema version >= 4),
+    # even where the figure is None (a polled source).
+    held_at_peak: Optional[int] = None
+    has_held: bool = False
 
     @property
     def ran(self) -> bool:
         return self.net_growth is not None
 
     def figure(self, column: str) -> Optional[int]:
-        """A column's figure, or net growth for ``GROWTH``."""
+        """A column's figure, or net growth for ``GROWTH``, held bytes for ``HELD``."""
+        if column == HELD:
+            return self.held_at_peak
         return self.net_growth if column == GROWTH else self.figures.get(column)
 
     def _keys(self) -> tuple[str, ...]:
         extra = tuple(k for k in CALL_KEYS if getattr(self, k) is not None)
-        return ("lineno", "code", "count", GROWTH, *self.figures, "raised") + extra
+        held = (HELD,) if self.has_held else ()
+        return ("lineno", "code", "count", GROWTH, *self.figures, *held, "raised") + extra
 
     def _value(self, key: str) -> Any:
         if key in self.figures:
@@ -90,7 +104,8 @@ class LineRecord(_ReadsAsDict):
                     GROWTH: calls.get(GROWTH), "count": calls.get("count")}
         return LineRecord(self.lineno, self.code, self.count, self.net_growth,
                           {name: self.figures.get(name) for name in columns}, self.raised,
-                          part(self.first_call), part(self.later_calls), self.growth_per_call)
+                          part(self.first_call), part(self.later_calls), self.growth_per_call,
+                          self.held_at_peak, self.has_held)
 
     def to_dict(self) -> dict[str, Any]:
         data = dict(self.items())
@@ -114,10 +129,19 @@ class FunctionRecord(_ReadsAsDict):
     calls: Optional[int] = None       # outermost calls it ran in; None: not recorded
     curve: Optional[list[CurvePoint]] = None      # one call's line events (records.curve)
     curve_of: Optional[CurveInfo] = None          # which call that is, how it was kept
+    # What was alive at its peak (PEAK_KEYS; its lines' HELD are the rest);
+    # None: not known.  peak_missing: why not, for a live profile (not saved).
+    peak: Optional[dict[str, int]] = None
+    peak_missing: Optional[str] = None
 
     @property
     def ran(self) -> bool:
         return any(line.ran for line in self.lines)
+
+    @property
+    def has_held(self) -> bool:
+        """Its lines carry HELD (a figure, or None where it is not known)."""
+        return any(line.has_held for line in self.lines)
 
     @property
     def key(self) -> tuple[str, int, str]:
@@ -133,13 +157,16 @@ class FunctionRecord(_ReadsAsDict):
             keys += ("calls",)
         if self.curve is not None:
             keys += ("curve", "curve_of")
+        if self.peak is not None:
+            keys += ("peak",)
         return keys
 
     def project(self, columns: Sequence[str]) -> FunctionRecord:
         """The same function with only ``columns``."""
         return FunctionRecord(self.qualname, self.filename, self.first_line, self.device,
                               list(columns), [line.project(columns) for line in self.lines],
-                              self.postmortem, self.calls, self.curve, self.curve_of)
+                              self.postmortem, self.calls, self.curve, self.curve_of,
+                              self.peak, self.peak_missing)
 
     def to_dict(self) -> dict[str, Any]:
         data = dict(self.items())
@@ -148,6 +175,8 @@ class FunctionRecord(_ReadsAsDict):
         if self.curve is not None:
             data["curve"] = [list(point) for point in self.curve]
             data["curve_of"] = dict(self.curve_of or {})
+        if self.peak is not None:
+            data["peak"] = dict(self.peak)
         return data
 
 
@@ -163,7 +192,7 @@ class TimelineRow(TypedDict):
 def column_unit(column: str, meanings: Mapping[str, Field]) -> str:
     """"bytes" or "count": net growth is in bytes, a column as ``meanings``
     record it, else as torch names it."""
-    if column == GROWTH:
+    if column in (GROWTH, HELD):
         return "bytes"
     return (meanings.get(column) or torch_meaning(column)).unit
 
@@ -197,7 +226,7 @@ class Profile:
         return self.meanings.get(column) or torch_meaning(column)
 
     def unit(self, column: str) -> str:
-        """"bytes" or "count"; net growth is in bytes."""
+        """"bytes" or "count"; net growth and held bytes are in bytes."""
         return column_unit(column, self.meanings)
 
     def select(self, functions: Sequence[FunctionRecord]) -> Profile:

@@ -8,12 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol, Sequence
 
 from ..common.sizes import readable_size
-from ..records.model import GROWTH, FunctionRecord, LineRecord, Profile
+from ..records.model import GROWTH, HELD, FunctionRecord, LineRecord, Profile
 from .calls import COUNT, PARTS, first_call_note, grows_note, part_figure
 from .curve_svg import CurveView
+from .peak_text import peak_notes
 from .postmortem_text import format_postmortem
 
 GROWTH_TITLE = ("active_bytes", "net growth")
+HELD_TITLE = ("held at", "peak")
 
 
 @dataclass
@@ -31,8 +33,10 @@ class Section:
 
     @property
     def columns(self) -> list[str]:
-        """Figures of each device group, in order: requested columns, then growth."""
-        return self.records[0].columns + [GROWTH]
+        """Figures of each device group, in order: requested columns, the bytes
+        each line held at the peak (where recorded), then growth."""
+        held = [HELD] if any(r.has_held for r in self.records) else []
+        return self.records[0].columns + held + [GROWTH]
 
     @property
     def postmortem(self) -> Optional[dict[str, Any]]:
@@ -62,6 +66,8 @@ def title(column: str) -> tuple[str, str]:
     """Two header rows: the field's family and the rest of its name."""
     if column == GROWTH:
         return GROWTH_TITLE
+    if column == HELD:
+        return HELD_TITLE
     family, _, rest = column.partition(".")
     return family, rest
 
@@ -181,7 +187,9 @@ def _curves(section: Section, code: dict[str, dict[int, str]]) -> list[CurveView
 
 def _table(section: Section, profile: Profile, full: dict[tuple[str, str], int],
            code: dict[str, dict[int, str]], by_call: bool, hide_unrun: bool) -> Table:
-    columns = section.columns + ([COUNT] if by_call else [])
+    # per call, a line's bytes at the peak have no first / later split
+    columns = [c for c in section.columns if c != HELD] + [COUNT] if by_call \
+        else section.columns
     units = ["count" if c == COUNT else profile.unit(c) for c in columns]
     groups = ([f"{device}, {label}" for device in section.devices for label, _ in PARTS]
               if by_call else section.devices)
@@ -201,7 +209,8 @@ def _table(section: Section, profile: Profile, full: dict[tuple[str, str], int],
         note = "   ".join(n for n in (raised_note(first.raised), grows_note(lines)) if n)
         rows.append(Row(first.lineno, first.code, count_cell(first), note, first.ran, figures))
     pm = section.postmortem
-    notes = [] if by_call else [n for n in map(first_call_note, section.records) if n]
+    notes = [] if by_call else (peak_notes(section.records)
+                                + [n for n in map(first_call_note, section.records) if n])
     return Table(section.qualname, section.filename, section.first_line, groups,
                  columns, rows, None if pm is None else format_postmortem(pm, section.qualname),
                  notes, _curves(section, code), hidden)
