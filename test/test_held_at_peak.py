@@ -1,0 +1,300 @@
+"""What was alive at each function's peak, by the line that made it (issue 26):
+real CPU tensors through the counting allocator, exact bytes."""
+import threading
+
+import pytest
+
+from helpers import MiB, line_of
+
+torch = pytest.importorskip("torch")
+from pytorch_memlab import LineProfiler, load  # noqa: E402
+
+PEAK = "active_bytes.all.peak"
+
+
+def breakdown(prof, func):
+    """(record["peak"], {lineno: held}) of ``func``, checked: the parts sum to
+    the peak, which is the highest peak its table shows."""
+    record = prof.stats(func)[0]
+    peak = record["peak"]
+    held = {line["lineno"]: line["held_at_peak"] for line in record["lines"]
+            if line["held_at_peak"]}
+    assert sum(held.values()) + peak["before_call"] + peak["other_threads"] == peak["bytes"]
+    assert peak["bytes"] == max(line[PEAK] for line in record["lines"] if line[PEAK] is not None)
+    return peak, held
+
+
+def u8(n):
+    return torch.empty(n, dtype=torch.uint8)
+
+
+def issue_case():
+    a = u8(4 * MiB)                  # A: kept
+    b = u8(16 * MiB)                 # B: a temporary
+    del b; c = u8(2 * MiB)           # C: frees B, makes 2 MiB
+    return a, c
+
+
+def caller(hold):
+    kept = u8(MiB) if hold else None
+    result = issue_case()
+    return kept, result
+
+
+def test_the_issue_case_peak_is_before_call_plus_a_plus_b():
+    befores = []
+    for hold in (False, True):
+        prof = LineProfiler(issue_case, device="cpu")
+        with prof:
+            caller(hold)
+        peak, held = breakdown(prof, issue_case)
+        assert peak["lineno"] == line_of(issue_case, "# B") and peak["call"] == 1
+        assert held == {line_of(issue_case, "# A"): 4 * MiB, line_of(issue_case, "# B"): 16 * MiB}
+        assert peak["other_threads"] == 0
+        assert peak["bytes"] - peak["before_call"] == 20 * MiB
+        befores.append(peak["before_call"])
+    assert befores[1] - befores[0] == MiB        # the caller's tensor: before the call
+    text = repr(prof.display())
+    assert (f"peak {peak['bytes'] / MiB:.2f}M on line {line_of(issue_case, '# B')} (call 1): "
+            f"16.00M line {line_of(issue_case, '# B')}, 4.00M line "
+            f"{line_of(issue_case, '# A')}, ") in text
+
+
+def test_saved_profiles_keep_it_and_old_files_load(tmp_path):
+    prof = LineProfiler(issue_case, device="cpu")
+    with prof:
+        caller(True)
+    live = prof.stats()[0]
+    for name in ("p.json", "p.csv"):
+        prof.save(tmp_path / name)
+        saved = load(tmp_path / name).stats()[0]
+        assert saved["peak"] == live["peak"]
+        assert [l["held_at_peak"] for l in saved["lines"]] == \
+            [l["held_at_peak"] for l in live["lines"]]
+    import json
+    doc = json.loads((tmp_path / "p.json").read_text())
+    assert doc["schema_version"] == 4
+    doc["schema_version"] = 3                     # as a version 3 writer left it
+    for f in doc["functions"]:
+        del f["peak"]
+        for line in f["lines"]:
+            del line["held_at_peak"]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    old = load(tmp_path / "old.json")
+    record = old.stats()[0]
+    assert "peak" not in record and "held_at_peak" not in record["lines"][1]
+    assert "held at" not in repr(old) and "\npeak " not in repr(old)
+
+
+def inner():
+    t = u8(8 * MiB)                  # inner temporary
+    del t
+    return u8(2 * MiB)               # inner kept
+
+
+def outer():
+    a = u8(MiB)                      # outer first
+    b = inner()                      # outer calls
+    return a, b
+
+
+def test_a_callees_bytes_count_on_the_callers_calling_line():
+    prof = LineProfiler(outer, inner, device="cpu")
+    with prof:
+        outer()
+    peak, held = breakdown(prof, outer)
+    assert peak["lineno"] == line_of(outer, "# outer calls")
+    assert held == {line_of(outer, "# outer first"): MiB, line_of(outer, "# outer calls"): 8 * MiB}
+    inner_peak, inner_held = breakdown(prof, inner)
+    assert inner_held == {line_of(inner, "# inner temporary"): 8 * MiB}
+    assert inner_peak["bytes"] == peak["bytes"]
+    assert inner_peak["before_call"] == peak["before_call"] + MiB   # outer's tensor
+
+
+def recursive(n):
+    x = u8(MiB)                      # each level
+    if n:
+        return [x] + recursive(n - 1)   # recurse
+    return [x]
+
+
+def test_recursion_counts_on_the_outermost_frames_calling_line():
+    prof = LineProfiler(recursive, device="cpu")
+    with prof:
+        recursive(3)
+    peak, held = breakdown(prof, recursive)
+    assert held == {line_of(recursive, "# each level"): MiB,
+                    line_of(recursive, "# recurse"): 3 * MiB}
+
+
+def generator():
+    a = u8(2 * MiB)                  # before the first yield
+    yield 1
+    b = u8(8 * MiB)                  # resumed
+    del b
+    yield a
+
+
+def test_a_generator_resumption_is_its_own_call():
+    prof = LineProfiler(generator, device="cpu")
+    with prof:
+        assert list(generator())[0] == 1
+    peak, held = breakdown(prof, generator)
+    # what the first run made and kept is alive before the resumption began
+    assert peak["lineno"] == line_of(generator, "# resumed")
+    assert held == {line_of(generator, "# resumed"): 8 * MiB}
+
+
+def allocate_then_fail():
+    t = u8(8 * MiB)
+    raise ValueError(t.numel())
+
+
+def raises():
+    a = u8(4 * MiB)                  # kept
+    allocate_then_fail()             # the peak, then the exception
+
+
+def test_an_exception_inside_the_peak_line():
+    prof = LineProfiler(raises, device="cpu")
+    with prof:
+        with pytest.raises(ValueError):
+            raises()
+    peak, held = breakdown(prof, raises)
+    assert peak["lineno"] == line_of(raises, "# the peak")
+    assert held == {line_of(raises, "# kept"): 4 * MiB, line_of(raises, "# the peak"): 8 * MiB}
+
+
+def waits_for_the_other_thread(entered, made, go_on):
+    a = u8(MiB)                      # own
+    entered.set()
+    made.wait(30)                    # wait
+    b = u8(2 * MiB)                  # after
+    go_on.set()
+    return a, b
+
+
+def test_another_threads_bytes_are_other_threads():
+    entered, made, go_on = threading.Event(), threading.Event(), threading.Event()
+    held_by_thread = []
+
+    def other():
+        entered.wait(30)             # allocate during the call, not before it
+        held_by_thread.append(u8(8 * MiB))
+        made.set()
+        go_on.wait(30)
+
+    prof = LineProfiler(waits_for_the_other_thread, device="cpu")
+    with prof:
+        worker = threading.Thread(target=other)
+        worker.start()
+        waits_for_the_other_thread(entered, made, go_on)
+        worker.join()
+    peak, held = breakdown(prof, waits_for_the_other_thread)
+    assert peak["other_threads"] == 8 * MiB
+    assert peak["lineno"] == line_of(waits_for_the_other_thread, "# after")
+    assert held == {line_of(waits_for_the_other_thread, "# own"): MiB,
+                    line_of(waits_for_the_other_thread, "# after"): 2 * MiB}
+
+
+def train_step(model, optimizer, x):
+    out = model(x)                                  # forward
+    loss = out.square().mean()
+    loss.backward()                                 # backward
+    optimizer.step()                                # step
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+def mlp(width):
+    return torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.ReLU(),
+                               torch.nn.Linear(4 * width, width))
+
+
+def test_backward_peak_holds_the_forward_lines_activations():
+    torch.manual_seed(0)
+    model = mlp(64)
+    optimizer = torch.optim.Adam(model.parameters())
+    x = torch.randn(8192, 64)                       # 8192 x 256 activations: 8 MiB each
+    prof = LineProfiler(train_step, device="cpu")
+    with prof:
+        for _ in range(2):
+            train_step(model, optimizer, x)
+    peak, held = breakdown(prof, train_step)
+    assert peak["lineno"] == line_of(train_step, "# backward")
+    # saved for backward: ReLU's output (8 MiB, also the second Linear's
+    # input) and the model's output (2 MiB, for square's backward)
+    assert held[line_of(train_step, "# forward")] == 10 * MiB
+    params = sum(p.numel() * 4 for p in model.parameters())
+    assert peak["before_call"] >= params
+
+
+def test_the_first_steps_adam_state_is_held_on_the_step_line():
+    torch.manual_seed(0)
+    model = mlp(256)
+    optimizer = torch.optim.Adam(model.parameters())
+    x = torch.randn(4, 256)                         # tiny activations: the state dominates
+    prof = LineProfiler(train_step, device="cpu")
+    with prof:
+        train_step(model, optimizer, x)
+    peak, held = breakdown(prof, train_step)
+    params = sum(p.numel() * 4 for p in model.parameters())
+    assert peak["lineno"] == line_of(train_step, "# step")
+    assert held[line_of(train_step, "# step")] >= 2 * params       # exp_avg, exp_avg_sq
+    assert held[line_of(train_step, "# backward")] >= params       # the grads
+
+
+class PolledSource:
+    """A Python source: polled, it sees no allocation by itself."""
+    name = "py"
+    fields = ("n.current",)
+    kinds = ("level",)
+
+    def prepare(self, device):
+        pass
+
+    def sample(self, device):
+        return (0,)
+
+    def reset_peaks(self, device):
+        pass
+
+
+def polled_work():
+    return u8(MiB)
+
+
+def test_a_polled_source_has_no_breakdown_and_says_why():
+    from pytorch_memlab import _tracer
+    from pytorch_memlab.records.model import FunctionRecord, LineRecord
+    from pytorch_memlab.reports.peak_text import peak_notes
+    tracer = _tracer.Tracer(PolledSource(), 0, ("n.current",))
+    tracer.add_code(polled_work.__code__)
+    tracer.enable()
+    polled_work()
+    tracer.disable()
+    assert tracer.peaks() == [(polled_work.__code__, None)]
+    why = tracer.peak_unavailable
+    assert "polled" in why
+    line = LineRecord(2, "return u8(MiB)", 1, 0, {}, held_at_peak=None, has_held=True)
+    record = FunctionRecord("polled_work", "f.py", 1, "cpu", [], [line], peak_missing=why)
+    assert peak_notes([record]) == [f"held at peak: not known, {why}"]
+    assert "held_at_peak" in line and line["held_at_peak"] is None
+
+
+def test_host_memory_follows_live_blocks_not_events():
+    """A million-event run ends with no more followed blocks than it began with."""
+    import gc
+
+    def churn(n):
+        for _ in range(n):
+            t = u8(64)
+            del t
+
+    prof = LineProfiler(churn, device="cpu")
+    with prof:
+        churn(1000)
+        gc.collect()
+        churn(100_000)
+    peak, held = breakdown(prof, churn)
+    assert peak["bytes"] - peak["before_call"] <= 2 * 64
