@@ -245,7 +245,7 @@ def test_the_first_steps_adam_state_is_held_on_the_step_line():
 
 
 class PolledSource:
-    """A Python source: polled, it sees no allocation by itself."""
+    """A Python source: polled, it reports no allocation by itself."""
     name = "py"
     fields = ("n.current",)
     kinds = ("level",)
@@ -275,7 +275,7 @@ def test_a_polled_source_has_no_breakdown_and_says_why():
     tracer.disable()
     assert tracer.peaks() == [(polled_work.__code__, None)]
     why = tracer.peak_unavailable
-    assert "polled" in why
+    assert "one by one" in why
     line = LineRecord(2, "return u8(MiB)", 1, 0, {}, held_at_peak=None, has_held=True)
     record = FunctionRecord("polled_work", "f.py", 1, "cpu", [], [line], peak_missing=why)
     assert peak_notes([record]) == [f"held at peak: not known, {why}"]

@@ -433,8 +433,8 @@ Tracer_get_peak_unavailable(TracerObject *self, void *closure)
         return NULL;
     }
     if (!attrib_offered(self->sampler.source.compiled)) {
-        return PyUnicode_FromString("its memory source is polled, so no allocation is "
-                                    "seen by itself");
+        return PyUnicode_FromString("its memory source does not report allocations one "
+                                    "by one (only the CPU source does so far)");
     }
     if (self->attrib.failed) {
         return PyUnicode_FromString("memory ran out while following allocations");
