@@ -55,9 +55,12 @@ def test_the_issue_case_peak_is_before_call_plus_a_plus_b():
         befores.append(peak["before_call"])
     assert befores[1] - befores[0] == MiB        # the caller's tensor: before the call
     text = repr(prof.display())
-    assert (f"peak {peak['bytes'] / MiB:.2f}M on line {line_of(issue_case, '# B')} (call 1): "
-            f"16.00M line {line_of(issue_case, '# B')}, 4.00M line "
-            f"{line_of(issue_case, '# A')}, ") in text
+    b, a = line_of(issue_case, "# B"), line_of(issue_case, "# A")
+    before = f"{peak['before_call'] / MiB:.2f}M before the call"
+    parts = sorted([("16.00M line %d" % b, 16 * MiB), ("4.00M line %d" % a, 4 * MiB),
+                    (before, peak["before_call"])], key=lambda p: -p[1])
+    assert (f"\npeak {peak['bytes'] / MiB:.2f}M on line {b} (call 1): "
+            + ", ".join(p[0] for p in parts) + "\n") in text
 
 
 def test_saved_profiles_keep_it_and_old_files_load(tmp_path):

@@ -31,11 +31,12 @@ def run(tmp_path, source, *prefix):
 
 
 def our_rows(text, title):
-    """{line: (peak, reserved peak, growth, count)} of our table ``title``."""
+    """{line: (peak, reserved peak, growth, count)} of our table ``title``
+    (a CPU table: the bytes held at the peak, third, are left out)."""
     table = text.split(f"## {title}\n", 1)[1].split("\n\n", 1)[0]
     rows = {}
     for line in table.splitlines():
-        m = re.match(r"\s*(\S+)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\d+)  ", line)
+        m = re.match(r"\s*(\S+)\s+(\S+)\s+\S+\s+(\S+)\s+(\d+)\s+(\d+)  ", line)
         if m:
             rows[int(m.group(5))] = m.group(1, 2, 3, 4)
     return rows
