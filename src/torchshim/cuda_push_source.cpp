@@ -564,6 +564,7 @@ const memlab_source kPushSource = {
     push_open_reader,
     close_reader,
     push_read,
+    nullptr,  // listen: blocks are not yet reported one by one (issue 26)
 };
 
 const memlab_source kCountedSource = {
@@ -577,6 +578,7 @@ const memlab_source kCountedSource = {
     counted_open_reader,
     close_reader,
     counted_read,
+    nullptr,  // listen: blocks are not yet reported one by one (issue 26)
 };
 
 }  // namespace

@@ -268,6 +268,7 @@ const CudaTable *build_table() {
     table->source.open_reader = nullptr;   // polled: no push path yet
     table->source.close_reader = nullptr;
     table->source.read = nullptr;
+    table->source.listen = nullptr;   // polled: no block is reported
     return table;
 }
 
