@@ -229,7 +229,7 @@ on_free(Attrib *a, uintptr_t ptr, int64_t size)
 }
 
 static void
-on_alloc(Attrib *a, uint64_t thread, int python, uintptr_t ptr, int64_t size)
+on_alloc(Attrib *a, uint64_t thread, uintptr_t ptr, int64_t size)
 {
     if (blocks_find(a, ptr) != NULL) {
         /* Its free never reached us: retire the stale block first. */
@@ -238,7 +238,11 @@ on_alloc(Attrib *a, uint64_t thread, int python, uintptr_t ptr, int64_t size)
     AttribTop *top = top_of(a, thread);
     /* A thread without Python (autograd's engine) works for the newest open
      * Call; a Python thread with no Call open here is another thread. */
-    AttribCall *call = top != NULL ? top->top : (python ? NULL : a->open);
+    AttribCall *call = top != NULL ? top->top : NULL;
+    /* Callable without the GIL: NULL on a thread Python never ran on. */
+    if (top == NULL && a->open != NULL && PyGILState_GetThisThreadState() == NULL) {
+        call = a->open;
+    }
     int line = call != NULL ? __atomic_load_n(&call->line, __ATOMIC_RELAXED) : -1;
     uint64_t seq = ++a->seq;
     a->level += size;
@@ -277,15 +281,13 @@ attrib_listener(const char *source, int device, uintptr_t ptr, int64_t size, int
         return;
     }
     uint64_t thread = (uint64_t)PyThread_get_thread_ident();
-    /* Callable without the GIL: NULL on a thread Python never ran on. */
-    int python = PyGILState_GetThisThreadState() != NULL;
     pthread_mutex_lock(&attrib_lock);
     for (Attrib *a = attached; a != NULL; a = a->next) {
         if (a->device != device || strcmp(a->source->name, source) != 0) {
             continue;
         }
         if (alloc) {
-            on_alloc(a, thread, python, ptr, size);
+            on_alloc(a, thread, ptr, size);
         }
         else {
             on_free(a, ptr, size);
