@@ -302,10 +302,16 @@ def test_unused_plugin_imports_no_torch_and_adds_no_hooks(pytester, monkeypatch)
 
 
 def _readme_blocks():
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Memory budgets in pytest"):]
-    section = section[:section.index("\n## MemReporter")]
-    return re.findall(r"^```(\w*)\n(.*?)^```\n", section, re.S | re.M)
+    """The fenced blocks of README's "Memory budgets in pytest", up to its next heading."""
+    lines = (ROOT / "README.md").read_text().splitlines(keepends=True)
+    start = lines.index("## Memory budgets in pytest\n")
+    section, fenced = [], False
+    for line in lines[start:]:
+        if not fenced and line.startswith("## ") and section:
+            break                           # the next section ("## " inside a block is output)
+        fenced ^= line.startswith("```")
+        section.append(line)
+    return re.findall(r"^```(\w*)\n(.*?)^```\n", "".join(section), re.S | re.M)
 
 
 def _without_timing(lines):
