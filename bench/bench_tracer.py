@@ -43,26 +43,10 @@ import sys
 import time
 
 from pytorch_memlab import _testsource, _tracer
+from timing import hot, pairs  # bench/ is on sys.path when run as a script
 
 COLUMNS = ("bytes.peak", "bytes.allocated", "bytes.freed", "bytes.current")
 GROWTH = "bytes.current"
-
-
-def hot(n):
-    """Eleven line events per iteration, nothing else."""
-    a = 0
-    for _ in range(n):
-        a = 1
-        a = 2
-        a = 3
-        a = 4
-        a = 5
-        a = 6
-        a = 7
-        a = 8
-        a = 9
-        a = 10
-    return a
 
 
 def helper(i):
@@ -125,19 +109,6 @@ def curve_cost(n, events, repeats):
         return t
     on, off = pairs(lambda: under(curved), lambda: under(plain), repeats)
     return statistics.median(a - b for a, b in zip(on, off)) / events
-
-
-def pairs(measure_on, measure_off, repeats):
-    """Adjacent (on, off) timings; which goes first flips every repeat."""
-    on, off = [], []
-    for r in range(repeats):
-        if r % 2:
-            on.append(measure_on())
-            off.append(measure_off())
-        else:
-            off.append(measure_off())
-            on.append(measure_on())
-    return on, off
 
 
 def monitoring_floor(n, events, repeats):
