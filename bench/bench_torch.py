@@ -52,6 +52,7 @@ import tracemalloc
 import torch
 
 import bench_nested  # noqa: E402  (bench/ is on sys.path when run as a script)
+import timing  # noqa: E402
 from timing import hot, pairs  # noqa: E402
 import pytorch_memlab
 from pytorch_memlab import LineProfiler, clear_global_line_profiler, profile
@@ -79,19 +80,9 @@ def fib(n):
     return n if n < 2 else fib(n - 1) + fib(n - 2)
 
 
-def small(i):
-    return i * 2 + 1
-
-
 def unrelated(n):
-    """Pure Python: recursion, a loop calling small functions, a list."""
-    total = fib(20)
-    items = []
-    for i in range(n):
-        total += small(i)
-        if i % 7 == 0:
-            items.append(total)
-    return total + len(items)
+    """Pure Python: recursion, then a loop calling small functions."""
+    return fib(20) + timing.unrelated(n)
 
 
 def ours_decorated(x):

@@ -43,25 +43,10 @@ import sys
 import time
 
 from pytorch_memlab import _testsource, _tracer
-from timing import hot, pairs  # bench/ is on sys.path when run as a script
+from timing import hot, pairs, unrelated  # bench/ is on sys.path when run as a script
 
 COLUMNS = ("bytes.peak", "bytes.allocated", "bytes.freed", "bytes.current")
 GROWTH = "bytes.current"
-
-
-def helper(i):
-    return i * 2 + 1
-
-
-def unrelated(n):
-    """Pure Python with calls, loops and attribute lookups; never registered."""
-    total = 0
-    items = []
-    for i in range(n):
-        total += helper(i)
-        if i % 7 == 0:
-            items.append(total)
-    return total + len(items)
 
 
 def registered_elsewhere():

@@ -1,5 +1,6 @@
-"""What the benchmarks share: a loop of trivial lines and adjacent on/off
-timing pairs (bench/ is on sys.path when a bench runs as a script)."""
+"""What the benchmarks share: a loop of trivial lines, unrelated pure-Python
+code and adjacent on/off timing pairs (bench/ is on sys.path when a bench
+runs as a script)."""
 
 
 def hot(n):
@@ -18,6 +19,22 @@ def hot(n):
         a = 9
         a = 10
     return a
+
+
+def helper(i):
+    return i * 2 + 1
+
+
+def unrelated(n):
+    """Pure Python with calls, loops and attribute lookups: what the
+    benchmarks never register, timed to see what profiling costs elsewhere."""
+    total = 0
+    items = []
+    for i in range(n):
+        total += helper(i)
+        if i % 7 == 0:
+            items.append(total)
+    return total + len(items)
 
 
 def pairs(measure_on, measure_off, repeats):
