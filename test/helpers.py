@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -89,3 +90,52 @@ def threads_at_reused_addresses(debugged_call, plain_call, wanted=2, limit=50):
                     "finished thread's PyThreadState address: nothing to witness")
     assert len(reused) >= wanted, "no thread got a finished thread's PyThreadState address"
     return runs, len(reused)
+
+
+# ---- threads ------------------------------------------------------------------------
+
+def keep_and_temp(ready, proceed, empty):
+    """A line that keeps 1 MiB and frees a 2 MiB temporary (``empty(n)``
+    makes n float32s on the device under test)."""
+    ready.set()  # before
+    proceed.wait(30)  # wait
+    # The sleeps hand the GIL to the other thread in the middle of the line.
+    x = (empty(524288), time.sleep(0.02), empty(262144), time.sleep(0.02))[2]  # keep 1 MiB, 2 MiB temporary
+    return x  # done
+
+
+def spin(until):
+    """Four lines that allocate nothing, run until ``until`` is set."""
+    n = 0  # start
+    while not until.is_set():
+        n += 1  # spin
+    return n  # done
+
+
+def worker_against_main(work, main):
+    """work(ready, proceed) on a new thread and, once it is ready, main(done)
+    on this one until the worker is done; the interpreter switches threads
+    every microsecond meanwhile, so their line events interleave.  Returns
+    (work's result, main's result)."""
+    ready, proceed, done = threading.Event(), threading.Event(), threading.Event()
+    kept = []
+
+    def worker():
+        try:
+            kept.append(work(ready, proceed))
+        finally:
+            done.set()   # main must not wait forever on a worker that raised
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        thread = threading.Thread(target=worker)
+        thread.start()
+        ready.wait(30)
+        proceed.set()
+        result = main(done)
+        thread.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert kept, "the worker thread raised (its traceback is above)"
+    return kept[0], result
