@@ -2,6 +2,7 @@
 import bdb
 import ctypes
 import inspect
+import os
 import subprocess
 import sys
 import textwrap
@@ -11,6 +12,7 @@ import time
 import pytest
 
 MiB = 1 << 20
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def line_of(func, text):
@@ -38,6 +40,62 @@ def tracer_figures(tracer, func, text):
     line_figures."""
     count, growth, values = dict(tracer.stats())[func.__code__][line_of(func, text)]
     return count, growth, dict(zip(tracer.columns, values))
+
+
+def disabled_after(make):
+    """A fixture's body (``yield from disabled_after(make)``): yields a
+    factory that calls ``make`` and keeps what it made; at teardown each one
+    is disabled and no trace function may be left behind."""
+    made = []
+
+    def factory(*args, **kwargs):
+        made.append(make(*args, **kwargs))
+        return made[-1]
+
+    yield factory
+    for obj in made:
+        obj.disable()
+    assert sys.gettrace() is None
+
+
+class LevelSource:
+    """A Python memory source with one level field that counts its readings;
+    ``on_sample`` (if given) runs inside each reading, before it returns."""
+    name = "py"
+    fields = ("n.current",)
+    kinds = ("level",)
+
+    def __init__(self, on_sample=None):
+        self.n = 0
+        self.on_sample = on_sample
+
+    def prepare(self, device):
+        pass
+
+    def sample(self, device):
+        self.n += 1
+        if self.on_sample is not None:
+            self.on_sample()
+        return (self.n,)
+
+    def reset_peaks(self, device):
+        pass
+
+
+def run_fresh(code, malloc="debug", warnings_error=False, timeout=120):
+    """``code`` (dedented) in a fresh interpreter under PYTHONMALLOC=``malloc``
+    (debug: a use after free fails loudly instead of passing by luck; None:
+    as this process has it); under AddressSanitizer (make asan) the system
+    allocator, the one it watches.  The child imports the extension this process uses (the ASan
+    build under make asan, not the checkout's) and can import from test/."""
+    from pytorch_memlab import _tracer
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(_tracer.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_root, HERE]))
+    if malloc and "asan" not in env.get("LD_PRELOAD", ""):
+        env["PYTHONMALLOC"] = malloc
+    flags = ["-W", "error"] if warnings_error else []
+    return subprocess.run([sys.executable, *flags, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def run_script(tmp_path, source, expect_rc=0, env=None, timeout=300):
@@ -139,3 +197,29 @@ def worker_against_main(work, main):
         sys.setswitchinterval(old)
     assert kept, "the worker thread raised (its traceback is above)"
     return kept[0], result
+
+
+class EarlyThread:
+    """A thread started at once that waits to be released and then runs
+    ``call()``: a thread that exists before a profiler is enabled."""
+
+    def __init__(self, call):
+        self.go, self.done = threading.Event(), threading.Event()
+
+        def worker():
+            self.go.wait()
+            try:
+                call()
+            finally:
+                self.done.set()
+
+        self.thread = threading.Thread(target=worker)
+        self.thread.start()
+
+    def release(self):
+        """Let it run ``call()``, and wait until that has returned."""
+        self.go.set()
+        self.done.wait(30)
+
+    def join(self):
+        self.thread.join()

@@ -7,7 +7,6 @@ to a tracer, or run profiled code.  Memory errors are witnessed in a fresh
 interpreter under PYTHONMALLOC=debug; hangs in a fresh interpreter with a
 timeout."""
 import bdb
-import os
 import subprocess
 import sys
 import textwrap
@@ -15,13 +14,10 @@ import threading
 
 import pytest
 
-from helpers import line_of
+from helpers import line_of, run_fresh
 
 from pytorch_memlab import _testsource, _tracer
 
-# The children import the extension this process uses (the ASan build under
-# `make asan`, not the checkout's).
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(_tracer.__file__)))
 SETTRACE = _tracer.MECHANISM == "settrace"
 settrace_only = pytest.mark.skipif(
     not SETTRACE, reason="the PyEval_SetTrace hook only (PYTORCH_MEMLAB_TRACER=settrace)")
@@ -60,10 +56,9 @@ def run_child(code, timeout=30):
     """Run PRELUDE + code in a fresh interpreter under PYTHONMALLOC=debug (a
     use after free fails loudly there).  A hang is a failure, not a stuck
     test run."""
-    env = dict(os.environ, PYTHONMALLOC="debug", PYTHONPATH=PACKAGE_ROOT)
     try:
-        proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
-                              env=env, capture_output=True, text=True, timeout=timeout)
+        # PRELUDE is not indented: dedent code on its own
+        proc = run_fresh(PRELUDE + textwrap.dedent(code), timeout=timeout)
     except subprocess.TimeoutExpired:
         pytest.fail(f"the child hung for {timeout} s (an event loops forever?)")
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])

@@ -5,31 +5,16 @@ source with no free register, a level column's figure (the level at the
 line's end), and extreme readings.  No torch: every source is a few Python
 integers (or the C manual source), so every figure is exact.  The suite runs
 under both tracer mechanisms."""
-import os
-import subprocess
 import sys
-import textwrap
 import threading
 
 import pytest
-from helpers import line_of
+from helpers import line_of, run_fresh
 
 from pytorch_memlab import _testsource, _tracer
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-# the package this run imports (the ASan build's tree under `make asan`)
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(_tracer.__file__)))
 INT64_MAX = 2 ** 63 - 1
 INT64_MIN = -2 ** 63
-
-
-def run_fresh(code):
-    """code in a fresh interpreter under PYTHONMALLOC=debug: a crash, or a
-    sanitizer's report, fails the test instead of the test run."""
-    env = dict(os.environ, PYTHONMALLOC="debug",
-               PYTHONPATH=os.pathsep.join([PACKAGE_ROOT, HERE]))
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
-                          capture_output=True, text=True, timeout=120)
 
 
 def figures(tracer, func, text):
