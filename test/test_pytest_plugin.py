@@ -327,8 +327,8 @@ def test_readme_failure_output_is_what_pytest_prints(run, pytester):
     pytester.makepyfile(test_attention=source)
     result = run("-q", subprocess=True)
     result.assert_outcomes(passed=1, failed=1)
-    if not torch.__version__.startswith("2.13.") or torch.cuda.is_available():
-        return                              # the README shows torch 2.13 on CPU
+    if torch.cuda.is_available():
+        return          # the README shows a CPU run; any torch prints it alike
     assert _without_timing(result.stdout.lines) == _without_timing(failure.splitlines())
     shown = run("-q", "--memlab", subprocess=True).stdout.lines
     start = shown.index(summary.splitlines()[0])
