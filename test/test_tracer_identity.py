@@ -40,6 +40,15 @@ def look_alikes():
     return a, b
 
 
+def tracer_each(*funcs):
+    """A tracer on the manual source for each function, registered for it."""
+    tracers = []
+    for func in funcs:
+        tracers.append(_tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"]))
+        tracers[-1].add_code(func.__code__)
+    return tracers
+
+
 def counts(lines, code):
     """{line offset from def: count} of one code's table."""
     return {line - code.co_firstlineno: rec[0] for line, rec in lines.items()}
@@ -146,10 +155,7 @@ def test_look_alike_codes_of_two_tracers_both_get_events():
     # monitoring: the set of instrumented codes found b "already there" (it
     # holds a), so b never got local events and its tracer saw nothing
     a, b = look_alikes()
-    ta = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
-    tb = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
-    ta.add_code(a.__code__)
-    tb.add_code(b.__code__)
+    ta, tb = tracer_each(a, b)
     ta.enable()
     tb.enable()
     try:
@@ -169,13 +175,9 @@ def test_disabling_a_look_alike_leaves_no_events_behind():
     # not clear them and the next owner of the tool id got a's LINE events.
     proc = run_fresh('''
         import sys
-        from test_tracer_identity import look_alikes
-        from pytorch_memlab import _testsource, _tracer
+        from test_tracer_identity import look_alikes, tracer_each
         a, b = look_alikes()
-        ta = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
-        tb = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
-        ta.add_code(a.__code__)
-        tb.add_code(b.__code__)
+        ta, tb = tracer_each(a, b)
         ta.enable()
         tb.enable()
         a(1)
