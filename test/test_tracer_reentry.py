@@ -49,6 +49,12 @@ class Src:
         if hook is not None:
             hook()
         return (0,)
+
+def tracer_on(src):
+    """A tracer of src's level field, registered for simple()."""
+    t = _tracer.Tracer(src, 0, ["n.current"], "n.current")
+    t.add_code(simple.__code__)
+    return t
 '''
 
 
@@ -80,8 +86,7 @@ def test_dispatch_that_disables_last_tracer_keeps_foreign_function(how):
             calls.append(event)
             return foreign
         src = Src()
-        holder = {"t": _tracer.Tracer(src, 0, ["n.current"], "n.current")}
-        holder["t"].add_code(simple.__code__)
+        holder = {"t": tracer_on(src)}
         sys.settrace(foreign)
         holder["t"].enable()
         if %r == "disable":
@@ -108,8 +113,7 @@ def test_event_while_dying_tracer_disables():
     # tracer was freed twice.
     out = run_child('''
         src = Src()
-        holder = {"t": _tracer.Tracer(src, 0, ["n.current"], "n.current")}
-        holder["t"].add_code(simple.__code__)
+        holder = {"t": tracer_on(src)}
 
         def victim():
             # the tracer dies here, victim's frame open; the dealloc's last
@@ -137,8 +141,7 @@ def test_prepare_that_enables_same_tracer(then):
     # finishes enabling.
     out = run_child('''
         src = Src()
-        t = _tracer.Tracer(src, 0, ["n.current"], "n.current")
-        t.add_code(simple.__code__)
+        t = tracer_on(src)
         inner = []
         src.on_prepare = lambda: inner.append((t.enable(), t.enabled))
         t.enable()
@@ -159,8 +162,7 @@ def test_enable_from_two_threads_at_once():
     # used to link the tracer, and every later event spun forever.
     out = run_child('''
         src = Src()
-        t = _tracer.Tracer(src, 0, ["n.current"], "n.current")
-        t.add_code(simple.__code__)
+        t = tracer_on(src)
         in_prepare, b_done = threading.Event(), threading.Event()
         def slow_prepare():
             in_prepare.set()
@@ -186,8 +188,7 @@ def test_enable_from_two_threads_at_once():
 def test_disable_while_enabling_is_refused():
     out = run_child('''
         src = Src()
-        t = _tracer.Tracer(src, 0, ["n.current"], "n.current")
-        t.add_code(simple.__code__)
+        t = tracer_on(src)
         seen = []
         def prepare_disables():
             try:
@@ -209,8 +210,7 @@ def test_enable_or_disable_while_disabling():
     # (it used to recurse), enable() is refused.
     out = run_child('''
         src = Src()
-        t = _tracer.Tracer(src, 0, ["n.current"], "n.current")
-        t.add_code(simple.__code__)
+        t = tracer_on(src)
         seen = []
         def victim():
             src.on_sample = sample_reenters; t.disable()   # its last reading
