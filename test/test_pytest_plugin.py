@@ -44,6 +44,15 @@ def run(pytester, monkeypatch):
     return go
 
 
+def output_with_errors(run, pytester, errors, source):
+    """pytest's output on ``source`` as test_bad.py, which must end in
+    ``errors`` errors (a bad marker is an error, not a failure)."""
+    pytester.makepyfile(test_bad=source)
+    result = run("-q")
+    result.assert_outcomes(errors=errors)
+    return result.stdout.str()
+
+
 BUDGETS = '''
 import pytest, torch
 
@@ -209,16 +218,13 @@ def test_xdist_two_workers_one_summary(run, pytester):
     ('"1.5 B"', "'1.5 B' is not a whole number of bytes"),
 ])
 def test_bad_budget_is_an_error_naming_the_accepted_forms(run, pytester, budget, message):
-    pytester.makepyfile(test_bad=f'''
+    out = output_with_errors(run, pytester, 1, f'''
         import pytest
 
         @pytest.mark.memlab_limit({budget}, device="cpu")
         def test_it():
             pass
     ''')
-    result = run("-q")
-    result.assert_outcomes(errors=1)
-    out = result.stdout.str()
     assert "test_bad.py::test_it: @pytest.mark.memlab_limit budget: " in out
     assert message in out
     if "whole number" not in message:
@@ -227,7 +233,7 @@ def test_bad_budget_is_an_error_naming_the_accepted_forms(run, pytester, budget,
 
 
 def test_bad_marker_arguments(run, pytester):
-    pytester.makepyfile(test_bad='''
+    out = output_with_errors(run, pytester, 2, '''
         import pytest
 
         @pytest.mark.memlab_limit("1 MiB", device="gpu")
@@ -238,9 +244,6 @@ def test_bad_marker_arguments(run, pytester):
         def test_positional():
             pass
     ''')
-    result = run("-q")
-    result.assert_outcomes(errors=2)
-    out = result.stdout.str()
     assert "device='gpu'; expected 'cpu', 'cuda' or 'cuda:N'" in out
     assert "@pytest.mark.memlab_no_growth takes only the keywords device=, tolerance=" in out
 
