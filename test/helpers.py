@@ -34,11 +34,16 @@ def line_figures(prof, func, text, device=None):
     raise AssertionError(f"{func.__qualname__} has no record on {device}")
 
 
+def tracer_line(tracer, func, text):
+    """(count, growth, values in column order) of the line of ``func``
+    containing ``text``, as a ``_tracer.Tracer``'s stats() holds it."""
+    return dict(tracer.stats())[func.__code__][line_of(func, text)]
+
+
 def tracer_figures(tracer, func, text):
-    """(count, growth, {column: value}) of the line of ``func`` containing
-    ``text``, from a ``_tracer.Tracer``'s stats(): the tracer-level twin of
+    """tracer_line with the values by column name: the tracer-level twin of
     line_figures."""
-    count, growth, values = dict(tracer.stats())[func.__code__][line_of(func, text)]
+    count, growth, values = tracer_line(tracer, func, text)
     return count, growth, dict(zip(tracer.columns, values))
 
 
