@@ -1,4 +1,6 @@
-"""Helpers shared by the test modules (pytest puts test/ on sys.path)."""
+"""Helpers shared by the test modules (pytest puts test/ on sys.path; the
+children run_fresh starts have it on theirs): the figures of a line, sources
+and interpreters for the tracer's tests, and the thread helpers."""
 import bdb
 import ctypes
 import inspect
@@ -122,6 +124,8 @@ class ContinueDebugger(bdb.Bdb):
         self.set_continue()
 
 
+# ---- threads ------------------------------------------------------------------------
+
 _thread_state = ctypes.pythonapi.PyThreadState_Get
 _thread_state.restype = ctypes.c_void_p
 
@@ -154,8 +158,6 @@ def threads_at_reused_addresses(debugged_call, plain_call, wanted=2, limit=50):
     assert len(reused) >= wanted, "no thread got a finished thread's PyThreadState address"
     return runs, len(reused)
 
-
-# ---- threads ------------------------------------------------------------------------
 
 def keep_and_temp(ready, proceed, empty):
     """A line that keeps 1 MiB and frees a 2 MiB temporary (``empty(n)``
