@@ -420,7 +420,9 @@ def train_all(env, args, old):
 def memory_ours(env, events):
     prof = LineProfiler(many_lines, device=env.dev)
     with prof:
-        many_lines(100)                # line tables, allocator wrapper, hooks
+        # line tables, allocator wrapper, hooks, and the curve's buffers at their
+        # cap (100,000 points: a fixed cost, not one per event)
+        many_lines(events // 10)
     settle()
     before_events = ours_events(prof, many_lines)
     settle()
