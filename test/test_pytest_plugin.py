@@ -304,7 +304,7 @@ def test_unused_plugin_imports_no_torch_and_adds_no_hooks(pytester, monkeypatch)
 def _readme_blocks():
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## Memory budgets in pytest"):]
-    section = section[:section.index("\n## MemReporter")]
+    section = section[:section.index("\n## Across calls")]
     return re.findall(r"^```(\w*)\n(.*?)^```\n", section, re.S | re.M)
 
 
