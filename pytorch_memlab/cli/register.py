@@ -49,7 +49,8 @@ class Registrar:
         self.profiler = profiler
         self.program = program
         self.main_tree = list(find.iter_codes(program.code))
-        self.main_found: list[tuple[str, types.CodeType]] = []   # adopted at install
+        # (in the main program?, qualname, code) in -f order, registered at install
+        self.early: list[tuple[bool, str, types.CodeType]] = []
         self.by_name: dict[str, list[str]] = {}
         self.by_path: dict[str, list[str]] = {}
         self.pending: list[FuncSpec] = []       # registered at import time
@@ -66,26 +67,35 @@ class Registrar:
             if self.installed:
                 self.profiler.enable()
 
-    def adopt(self, code: types.CodeType, source: Optional[Union[str, bytes]],
-              found: Sequence[tuple[str, types.CodeType]]) -> types.CodeType:
+    def _wrapped(self, code: types.CodeType, source: Optional[Union[str, bytes]],
+                 found: Sequence[tuple[str, types.CodeType]]
+                 ) -> tuple[types.CodeType, dict[wrap_defs.Key, tuple[str, types.CodeType]]]:
         """The code to run for a module (or the program) of which ``found``
-        are profiled: compiled again from ``source`` with each of them
-        wrapped as it is created, and those registered; else ``code``, with
-        them registered and the tracer on from now to the end of the run."""
+        are profiled, and by key what to register instead of each of them:
+        compiled again from ``source`` with each wrapped as it is created;
+        else ``code`` and ``found`` as they are, and the tracer on from now
+        to the end of the run."""
         keys = {wrap_defs.key(c) for _, c in found}
         wrapped = None
         if source is not None and all(wrap_defs.can_wrap(c) for _, c in found):
             wrapped = wrap_defs.compile_wrapped(source, code.co_filename, keys)
         if wrapped is None:
-            for qualname, found_code in found:
-                self.register(qualname, found_code)
             self._always_on()
-            return code
+            return code, {wrap_defs.key(c): (q, c) for q, c in found}
+        new = {}
         for qualname, new_code in find.iter_codes(wrapped):
             if find.is_function_code(new_code) and wrap_defs.key(new_code) in keys:
                 wrap_defs.add(new_code)
-                self.register(qualname, new_code)
-        return wrapped
+                new[wrap_defs.key(new_code)] = (qualname, new_code)
+        return wrapped, new
+
+    def adopt(self, code: types.CodeType, source: Optional[Union[str, bytes]],
+              found: Sequence[tuple[str, types.CodeType]]) -> types.CodeType:
+        """``_wrapped``, its functions registered (the import hook's ``adopt``)."""
+        code, new = self._wrapped(code, source, found)
+        for _, old in found:
+            self.register(*new[wrap_defs.key(old)])
+        return code
 
     def _find(self, spec: FuncSpec, tree: Sequence[tuple[str, types.CodeType]],
               where: str) -> list[tuple[str, types.CodeType]]:
@@ -95,13 +105,13 @@ class Registrar:
         return found
 
     def _add_main(self, found: Sequence[tuple[str, types.CodeType]]) -> None:
-        seen = {id(c) for _, c in self.main_found}
-        self.main_found += [(q, c) for q, c in found if id(c) not in seen]
+        seen = {id(c) for _, _, c in self.early}
+        self.early += [(True, q, c) for q, c in found if id(c) not in seen]
 
     def _add_loaded(self, spec: FuncSpec, module: types.ModuleType, where: str) -> None:
         """Its functions exist already: registered as they are, tracer on throughout."""
-        for qualname, code in self._find(spec, find.loaded_codes(module), where):
-            self.register(qualname, code)
+        self.early += [(False, q, c) for q, c in self._find(spec, find.loaded_codes(module),
+                                                            where)]
         self._always_on()
 
     def _is_main(self, spec: FuncSpec) -> bool:
@@ -164,9 +174,13 @@ class Registrar:
     def install(self) -> None:
         """Just before the program starts: its code, imports and the tracer
         made ready (the tracer switched on now only when it stays on)."""
-        if self.main_found:
-            self.program.code = self.adopt(self.program.code, self.program.source,
-                                           self.main_found)
+        main = [(q, c) for in_main, q, c in self.early if in_main]
+        new: dict[wrap_defs.Key, tuple[str, types.CodeType]] = {}
+        if main:
+            self.program.code, new = self._wrapped(self.program.code, self.program.source,
+                                                   main)
+        for in_main, qualname, code in self.early:
+            self.register(*(new[wrap_defs.key(code)] if in_main else (qualname, code)))
         wrap_defs.activate(self.profiler)
         if self.by_name or self.by_path:
             self.hook = find.ImportHook(self.by_name, self.by_path, self.adopt,
