@@ -26,6 +26,10 @@ What is measured (on CUDA when available, else on CPU with device='cpu'):
                   MultiheadAttention.forward profiled; us per line event with
                   the CUDA source, the CPU source and a no-op LINE callback
                   (the CPython floor), and their ratios over the floor.
+  run -f          bench_cli.py: unrelated pure-Python code in a script run by
+                  ``python -m pytorch_memlab run -f step`` after step ran,
+                  over the plain script (fresh interpreters, rounds rotate);
+                  the same script under ``@profile`` beside it.
   memory          host memory held after N line events, per event: ours over
                   1,000,000 events (RSS delta after gc), the old one over
                   20,000 (tracemalloc delta: its records are Python dicts).
@@ -51,7 +55,8 @@ import tracemalloc
 
 import torch
 
-import bench_nested  # noqa: E402  (bench/ is on sys.path when run as a script)
+import bench_cli  # noqa: E402  (bench/ is on sys.path when run as a script)
+import bench_nested  # noqa: E402
 import timing  # noqa: E402
 from timing import hot, pairs  # noqa: E402
 import pytorch_memlab
@@ -59,7 +64,7 @@ from pytorch_memlab import LineProfiler, clear_global_line_profiler, profile
 from pytorch_memlab import _tracer
 
 TARGETS = {"per_line_us": 0.5, "unrelated_ratio": 1.02, "train_ratio": 1.10,
-           "bytes_per_event": "flat"}
+           "cli_unrelated_ratio": bench_cli.TARGET, "bytes_per_event": "flat"}
 # "flat": what 1,000,000 line events leave behind stays under this per event
 FLAT_BYTES_PER_EVENT = 1.0
 
@@ -450,6 +455,9 @@ def table(env, res, old_why):
     rows.append(("unrelated code after @profile", fmt(un["ours"], ".3f", "x"),
                  fmt(un.get("old"), ".2f", "x"), ratio_cell(un.get("old"), un["ours"]),
                  "<= 1.02x", un["ours"] <= TARGETS["unrelated_ratio"]))
+    cli = res["cli"]
+    rows.append(("unrelated code under run -f", fmt(cli["cli"], ".3f", "x"), "n/a", "n/a",
+                 f"<= {bench_cli.TARGET:.2f}x", cli["cli"] <= TARGETS["cli_unrelated_ratio"]))
     rows.append(("MLP train step profiled", fmt(tr["ours"], ".3f", "x"),
                  fmt(tr.get("old"), ".2f", "x"), ratio_cell(tr.get("old"), tr["ours"]),
                  "<= 1.10x", tr["ours"] <= TARGETS["train_ratio"]))
@@ -482,6 +490,10 @@ def table(env, res, old_why):
                  + (f", old {mem['old']['events']}" if mem.get("old") else "")
                  + f"; train step {tr['step_ms']:.2f} ms unprofiled, {tr['steps']} steps each way"
                  + f"; unrelated base {un['base_ms']:.2f} ms")
+    notes.append(f"run -f: the same script under @profile {cli['decorator']:.3f}x; "
+                 f"trace hook seen by the unrelated code: run -f {cli['hooked']['cli']}, "
+                 f"@profile {cli['hooked']['decorator']}; plain base {cli['base_ms']:.1f} ms, "
+                 f"{cli['rounds']} rounds")
     return "\n".join(out + ["  " + n for n in notes])
 
 
@@ -526,6 +538,7 @@ def main():
     res["per_line"] = section("per-line", per_line_all, env, args, old)
     res["unrelated"] = section("unrelated", unrelated_all, env, args, old)
     res["train"] = section("train step", train_all, env, args, old)
+    res["cli"] = section("run -f", bench_cli.measure, args.quick)
     res["memory"] = section("memory", memory_all, env, args, old)
     sys.settrace(None)
     threading.settrace(None)
@@ -551,6 +564,8 @@ def main():
                  "base_us_per_line": round(pl["ours"]["base_us_per_line"], 3),
                  "unrelated_ratio": round(un["ours"], 4),
                  "train_ratio": round(tr["ours"], 4),
+                 "cli_unrelated_ratio": round(res["cli"]["cli"], 4),
+                 "cli_decorator_ratio": round(res["cli"]["decorator"], 4),
                  "bytes_per_event": round(mem["ours"]["bytes_per_event"], 4),
                  "mem_events": mem["ours"]["events"]},
         "old": {"per_line_us": None if "old" not in pl else round(pl["old"]["per_line_us"], 2),

@@ -75,6 +75,13 @@ def _face_code(code: types.CodeType, kind: str) -> types.CodeType:
     return face
 
 
+def is_wrapper_code(code: types.CodeType) -> bool:
+    """A frame of ours between a profiled function and its caller (a face or
+    a wrapper), which a traceback shown for the user can leave out."""
+    return code.co_filename == __file__ or any(
+        face is code for _, face in list(_face_codes.values()))
+
+
 def _face(call: Callable[..., Any], func: Callable[..., Any], code: types.CodeType,
           kind: str) -> Callable[..., Any]:
     face = types.FunctionType(_face_code(code, kind),
