@@ -130,11 +130,14 @@ _thread_state = ctypes.pythonapi.PyThreadState_Get
 _thread_state.restype = ctypes.c_void_p
 
 
-def threads_at_reused_addresses(debugged_call, plain_call, wanted=2, limit=50):
+def threads_at_reused_addresses(debugged_call, plain_call, wanted=2, limit=400):
     """Start threads one after another until `wanted` of them got the
     PyThreadState address of an earlier thread that ran debugged_call (CPython
-    reuses that memory, though not always at once): those run plain_call, the
-    others debugged_call.  Returns (threads run, threads at a reused address)."""
+    reuses that memory, though not always at once: after a long suite the
+    allocator's bins can hand out other chunks for dozens of threads, which
+    is why the limit is high; the loop stops as soon as `wanted` are seen):
+    those run plain_call, the others debugged_call.  Returns (threads run,
+    threads at a reused address)."""
     debugged, reused = set(), []
 
     def worker():
