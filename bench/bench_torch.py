@@ -26,6 +26,10 @@ What is measured (on CUDA when available, else on CPU with device='cpu'):
                   MultiheadAttention.forward profiled; us per line event with
                   the CUDA source, the CPU source and a no-op LINE callback
                   (the CPython floor), and their ratios over the floor.
+  run -f          bench_cli.py: unrelated pure-Python code in a script run by
+                  ``python -m pytorch_memlab run -f step`` after step ran,
+                  over the plain script (fresh interpreters, rounds rotate);
+                  the same script under ``@profile`` beside it.
   memory          host memory held after N line events, per event: ours over
                   1,000,000 events (RSS delta after gc), the old one over
                   20,000 (tracemalloc delta: its records are Python dicts).
@@ -51,13 +55,16 @@ import tracemalloc
 
 import torch
 
-import bench_nested  # noqa: E402  (bench/ is on sys.path when run as a script)
+import bench_cli  # noqa: E402  (bench/ is on sys.path when run as a script)
+import bench_nested  # noqa: E402
+import timing  # noqa: E402
+from timing import hot, pairs  # noqa: E402
 import pytorch_memlab
 from pytorch_memlab import LineProfiler, clear_global_line_profiler, profile
 from pytorch_memlab import _tracer
 
 TARGETS = {"per_line_us": 0.5, "unrelated_ratio": 1.02, "train_ratio": 1.10,
-           "bytes_per_event": "flat"}
+           "cli_unrelated_ratio": bench_cli.TARGET, "bytes_per_event": "flat"}
 # "flat": what 1,000,000 line events leave behind stays under this per event
 FLAT_BYTES_PER_EVENT = 1.0
 
@@ -78,19 +85,9 @@ def fib(n):
     return n if n < 2 else fib(n - 1) + fib(n - 2)
 
 
-def small(i):
-    return i * 2 + 1
-
-
 def unrelated(n):
-    """Pure Python: recursion, a loop calling small functions, a list."""
-    total = fib(20)
-    items = []
-    for i in range(n):
-        total += small(i)
-        if i % 7 == 0:
-            items.append(total)
-    return total + len(items)
+    """Pure Python: recursion, then a loop calling small functions."""
+    return fib(20) + timing.unrelated(n)
 
 
 def ours_decorated(x):
@@ -103,22 +100,6 @@ def old_decorated(x):
     y = x + 1
     z = y * 2
     return z
-
-
-def many_lines(n):
-    """Ten line events per iteration, no allocation at all."""
-    a = 0
-    for _ in range(n):
-        a = 1
-        a = 2
-        a = 3
-        a = 4
-        a = 5
-        a = 6
-        a = 7
-        a = 8
-        a = 9
-    return a
 
 
 # ---- helpers -----------------------------------------------------------------------
@@ -171,21 +152,24 @@ def settle():
     gc.collect()
 
 
-def pairs(measure_on, measure_off, repeats):
-    """Adjacent (on, off) measurements; which goes first flips every repeat."""
-    on, off = [], []
-    for r in range(repeats):
-        if r % 2:
-            on.append(measure_on())
-            off.append(measure_off())
-        else:
-            off.append(measure_off())
-            on.append(measure_on())
-    return on, off
-
-
 class NA(Exception):
     """The old package cannot be measured here (reason in the message)."""
+
+
+def measure_old(out, func, *args):
+    """out["old"] = func(*args), or out["old_na"] = why it could not be
+    measured: a failure on the old side must not stop ours."""
+    try:
+        out["old"] = func(*args)
+    except NA as exc:
+        out["old_na"] = str(exc)
+    except Exception as exc:
+        out["old_na"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        # the old package leaves its trace functions installed
+        sys.settrace(None)
+        threading.settrace(None)
+    return out
 
 
 NO_CUDA = "it reads CUDA statistics only: without CUDA its enable() does nothing"
@@ -239,20 +223,11 @@ def per_line(env, make_profiler, events_of, n, repeats):
             "base_us_per_line": statistics.median(t for t, _ in off_runs) / on_runs[0][1] * 1e6}
 
 
-def per_line_ours(env, args):
-    prof = LineProfiler(hot_loop, device=env.dev)
-
-    def make():
-        prof.clear()
-        return prof
-    return per_line(env, make, lambda p: ours_events(p, hot_loop), args.ours_iters,
-                    args.ours_pairs)
-
-
-def per_line_cpu_source(env, args):
-    """The same CUDA hot loop, profiled with the CPU source: the tracer's own
-    cost on these lines, without the CUDA allocator's."""
-    prof = LineProfiler(hot_loop, device="cpu")
+def per_line_ours(env, args, device=None):
+    """The hot loop under a LineProfiler reading ``device``'s source (the
+    hot loop's own device by default).  device="cpu" on a CUDA hot loop: the
+    tracer's own cost on these lines, without the CUDA allocator's."""
+    prof = LineProfiler(hot_loop, device=device or env.dev)
 
     def make():
         prof.clear()
@@ -310,28 +285,23 @@ def unrelated_all(env, args, old):
     out["ours"] = after / base
     clear_global_line_profiler()       # nothing to print at exit
 
-    if old is None:
-        return out
-    try:
-        old_fn = quiet(old.profile, old_decorated)
-        quiet(old_fn, x)
-        env.sync()
-        gl = importlib.import_module("old_pytorch_memlab.line_profiler.profile").global_line_profiler
-        if not gl.enabled:
-            raise NA(NO_CUDA)
-        if not gl._raw_line_records:
-            raise NA("it recorded no line events")
-        after_old = time_unrelated(n, args.old_unrelated_repeats)
-        out["old"] = after_old / base
-        gl._raw_line_records = []
-    except NA as exc:
-        out["old_na"] = str(exc)
-    except Exception as exc:
-        out["old_na"] = f"{type(exc).__name__}: {exc}"
-    finally:
-        sys.settrace(None)
-        threading.settrace(None)
+    if old is not None:
+        measure_old(out, unrelated_old, env, args, old, x, base)
     return out
+
+
+def unrelated_old(env, args, old, x, base):
+    old_fn = quiet(old.profile, old_decorated)
+    quiet(old_fn, x)
+    env.sync()
+    gl = importlib.import_module("old_pytorch_memlab.line_profiler.profile").global_line_profiler
+    if not gl.enabled:
+        raise NA(NO_CUDA)
+    if not gl._raw_line_records:
+        raise NA("it recorded no line events")
+    after_old = time_unrelated(args.unrelated_n, args.old_unrelated_repeats)
+    gl._raw_line_records = []
+    return after_old / base
 
 
 # ---- 3. MLP train step -------------------------------------------------------------
@@ -396,47 +366,44 @@ def train_all(env, args, old):
     r = train_ratio(env, prof, step, lambda p: ours_events(p, step),
                     args.blocks, args.per_block, args.warmup)
     out["ours"], out["step_ms"], out["steps"] = r["ratio"], r["step_ms"], r["steps"]
-    if old is None:
-        return out
-    try:
-        oprof = quiet(old.LineProfiler, step, target_gpu=env.index)
-        old_enable(oprof)          # empty_cache and stat resets once, not per block
-        oprof.disable()
-        oprof.enable = oprof.register_callback   # re-install its trace hook only
-        r = train_ratio(env, oprof, step, lambda p: len(p._raw_line_records),
-                        args.blocks, args.per_block, 1)
-        out["old"] = r["ratio"]
-    except NA as exc:
-        out["old_na"] = str(exc)
-    except Exception as exc:
-        out["old_na"] = f"{type(exc).__name__}: {exc}"
-    finally:
-        sys.settrace(None)
+    if old is not None:
+        measure_old(out, train_old, env, args, old, step)
     return out
+
+
+def train_old(env, args, old, step):
+    oprof = quiet(old.LineProfiler, step, target_gpu=env.index)
+    old_enable(oprof)          # empty_cache and stat resets once, not per block
+    oprof.disable()
+    oprof.enable = oprof.register_callback   # re-install its trace hook only
+    return train_ratio(env, oprof, step, lambda p: len(p._raw_line_records),
+                       args.blocks, args.per_block, 1)["ratio"]
 
 
 # ---- 4. host memory held per line event --------------------------------------------
 
 def memory_ours(env, events):
-    prof = LineProfiler(many_lines, device=env.dev)
+    prof = LineProfiler(hot, device=env.dev)
     with prof:
-        many_lines(100)                # line tables, allocator wrapper, hooks
+        # line tables, allocator wrapper, hooks, and the curve's buffers at their
+        # cap (100,000 points: a fixed cost, not one per event)
+        hot(events // 11)
     settle()
-    before_events = ours_events(prof, many_lines)
+    before_events = ours_events(prof, hot)
     settle()
     rss0 = rss_bytes()
     with prof:
-        many_lines(events // 10)
+        hot(events // 11)
     settle()
     rss1 = rss_bytes()
-    n = ours_events(prof, many_lines) - before_events
+    n = ours_events(prof, hot) - before_events
     return {"bytes_per_event": (rss1 - rss0) / n, "events": n, "rss_delta": rss1 - rss0}
 
 
 def memory_old(env, events, old):
-    prof = quiet(old.LineProfiler, many_lines, target_gpu=env.index)
+    prof = quiet(old.LineProfiler, hot, target_gpu=env.index)
     old_enable(prof)
-    many_lines(10)
+    hot(10)
     prof.disable()
     settle()
     prof._raw_line_records = []
@@ -445,7 +412,7 @@ def memory_old(env, events, old):
         settle()
         m0 = tracemalloc.get_traced_memory()[0]
         old_enable(prof)
-        many_lines(events // 10)
+        hot(events // 11)
         prof.disable()
         settle()
         m1 = tracemalloc.get_traced_memory()[0]
@@ -461,12 +428,7 @@ def memory_old(env, events, old):
 def memory_all(env, args, old):
     out = {"ours": memory_ours(env, args.ours_mem_events)}
     if old is not None:
-        try:
-            out["old"] = memory_old(env, args.old_mem_events, old)
-        except NA as exc:
-            out["old_na"] = str(exc)
-        except Exception as exc:
-            out["old_na"] = f"{type(exc).__name__}: {exc}"
+        measure_old(out, memory_old, env, args.old_mem_events, old)
     return out
 
 
@@ -493,6 +455,9 @@ def table(env, res, old_why):
     rows.append(("unrelated code after @profile", fmt(un["ours"], ".3f", "x"),
                  fmt(un.get("old"), ".2f", "x"), ratio_cell(un.get("old"), un["ours"]),
                  "<= 1.02x", un["ours"] <= TARGETS["unrelated_ratio"]))
+    cli = res["cli"]
+    rows.append(("unrelated code under run -f", fmt(cli["cli"], ".3f", "x"), "n/a", "n/a",
+                 f"<= {bench_cli.TARGET:.2f}x", cli["cli"] <= TARGETS["cli_unrelated_ratio"]))
     rows.append(("MLP train step profiled", fmt(tr["ours"], ".3f", "x"),
                  fmt(tr.get("old"), ".2f", "x"), ratio_cell(tr.get("old"), tr["ours"]),
                  "<= 1.10x", tr["ours"] <= TARGETS["train_ratio"]))
@@ -525,6 +490,10 @@ def table(env, res, old_why):
                  + (f", old {mem['old']['events']}" if mem.get("old") else "")
                  + f"; train step {tr['step_ms']:.2f} ms unprofiled, {tr['steps']} steps each way"
                  + f"; unrelated base {un['base_ms']:.2f} ms")
+    notes.append(f"run -f: the same script under @profile {cli['decorator']:.3f}x; "
+                 f"trace hook seen by the unrelated code: run -f {cli['hooked']['cli']}, "
+                 f"@profile {cli['hooked']['decorator']}; plain base {cli['base_ms']:.1f} ms, "
+                 f"{cli['rounds']} rounds")
     return "\n".join(out + ["  " + n for n in notes])
 
 
@@ -539,17 +508,10 @@ def section(name, func, *args):
 def per_line_all(env, args, old):
     out = {"ours": per_line_ours(env, args)}
     if env.cuda:
-        out["cpu_source"] = per_line_cpu_source(env, args)
+        out["cpu_source"] = per_line_ours(env, args, device="cpu")
     out["floor"] = per_line_floor(env, args)
     if old is not None:
-        try:
-            out["old"] = per_line_old(env, args, old)
-        except NA as exc:
-            out["old_na"] = str(exc)
-        except Exception as exc:
-            out["old_na"] = f"{type(exc).__name__}: {exc}"
-        finally:
-            sys.settrace(None)
+        measure_old(out, per_line_old, env, args, old)
     return out
 
 
@@ -576,6 +538,7 @@ def main():
     res["per_line"] = section("per-line", per_line_all, env, args, old)
     res["unrelated"] = section("unrelated", unrelated_all, env, args, old)
     res["train"] = section("train step", train_all, env, args, old)
+    res["cli"] = section("run -f", bench_cli.measure, args.quick)
     res["memory"] = section("memory", memory_all, env, args, old)
     sys.settrace(None)
     threading.settrace(None)
@@ -601,6 +564,8 @@ def main():
                  "base_us_per_line": round(pl["ours"]["base_us_per_line"], 3),
                  "unrelated_ratio": round(un["ours"], 4),
                  "train_ratio": round(tr["ours"], 4),
+                 "cli_unrelated_ratio": round(res["cli"]["cli"], 4),
+                 "cli_decorator_ratio": round(res["cli"]["decorator"], 4),
                  "bytes_per_event": round(mem["ours"]["bytes_per_event"], 4),
                  "mem_events": mem["ours"]["events"]},
         "old": {"per_line_us": None if "old" not in pl else round(pl["old"]["per_line_us"], 2),

@@ -43,46 +43,24 @@ import sys
 import time
 
 from pytorch_memlab import _testsource, _tracer
+from timing import hot, pairs, unrelated  # bench/ is on sys.path when run as a script
 
 COLUMNS = ("bytes.peak", "bytes.allocated", "bytes.freed", "bytes.current")
 GROWTH = "bytes.current"
 
 
-def hot(n):
-    """Eleven line events per iteration, nothing else."""
-    a = 0
-    for _ in range(n):
-        a = 1
-        a = 2
-        a = 3
-        a = 4
-        a = 5
-        a = 6
-        a = 7
-        a = 8
-        a = 9
-        a = 10
-    return a
-
-
-def helper(i):
-    return i * 2 + 1
-
-
-def unrelated(n):
-    """Pure Python with calls, loops and attribute lookups; never registered."""
-    total = 0
-    items = []
-    for i in range(n):
-        total += helper(i)
-        if i % 7 == 0:
-            items.append(total)
-    return total + len(items)
-
-
 def registered_elsewhere():
     """What the tracer profiles during the unrelated measurements."""
     return 0
+
+
+def tiny(x):
+    return x
+
+
+def call_tiny(n):
+    for i in range(n):
+        tiny(i)
 
 
 def profiled_caller(n):
@@ -127,17 +105,19 @@ def curve_cost(n, events, repeats):
     return statistics.median(a - b for a, b in zip(on, off)) / events
 
 
-def pairs(measure_on, measure_off, repeats):
-    """Adjacent (on, off) timings; which goes first flips every repeat."""
-    on, off = [], []
-    for r in range(repeats):
-        if r % 2:
-            on.append(measure_on())
-            off.append(measure_off())
-        else:
-            off.append(measure_off())
-            on.append(measure_on())
-    return on, off
+def call_cost(n, repeats):
+    """ns per outermost call of tiny (one line), against no tracer."""
+    tracer = new_tracer(tiny)
+    def under():
+        tracer.enable()
+        t = timed(call_tiny, n)
+        tracer.disable()
+        return t
+    under()
+    (calls, _, _), = [figures for code, figures in tracer.call_stats()]
+    assert calls == n, (calls, n)                 # each call of tiny is a call
+    on, off = pairs(under, lambda: timed(call_tiny, n), repeats)
+    return statistics.median(a - b for a, b in zip(on, off)) / n
 
 
 def monitoring_floor(n, events, repeats):
@@ -178,6 +158,7 @@ def measure(args):
         line = ns_per_line(args.lines, args.repeats)
         floor = monitoring_floor(args.lines, line["line_events"], args.repeats)
         curve = curve_cost(args.lines, line["line_events"], args.repeats)
+        per_call = call_cost(args.calls, args.repeats)
         unrelated(args.calls)                       # warm up
         other = new_tracer(registered_elsewhere)
         unrelated_ratio = ratio(other, unrelated, args.calls, args.repeats)
@@ -192,27 +173,27 @@ def measure(args):
                 monitoring_floor_ns=None if floor is None else round(floor, 1),
                 unrelated_ratio=round(unrelated_ratio, 3),
                 callee_ratio=round(callee_ratio, 3), curve_ns_per_line=round(curve, 1),
-                repeats=args.repeats)
+                call_ns=round(per_call, 1), repeats=args.repeats)
 
 
-HEADER = "{:<8} {:<10} {:>9} {:>9} {:>9} {:>10} {:>10} {:>9}".format(
+HEADER = "{:<8} {:<10} {:>9} {:>9} {:>9} {:>10} {:>10} {:>9} {:>8}".format(
     "python", "mechanism", "ns/line", "base ns", "floor ns", "unrelated", "callee",
-    "+curve ns")
+    "+curve ns", "call ns")
 
 
 def row(r):
     floor = r["monitoring_floor_ns"]
-    return "{:<8} {:<10} {:>9.1f} {:>9.1f} {:>9} {:>9.3f}x {:>9.3f}x {:>9.1f}".format(
+    return "{:<8} {:<10} {:>9.1f} {:>9.1f} {:>9} {:>9.3f}x {:>9.3f}x {:>9.1f} {:>8.1f}".format(
         r["python"], r["mechanism"], r["ns_per_line"], r["base_ns_per_line"],
         "-" if floor is None else "{:.1f}".format(floor),
-        r["unrelated_ratio"], r["callee_ratio"], r["curve_ns_per_line"])
+        r["unrelated_ratio"], r["callee_ratio"], r["curve_ns_per_line"], r["call_ns"])
 
 
 def summarize(runs):
     """One row from several processes' rows: medians, plus the ns/line range."""
     out = dict(runs[0])
     for key in ("ns_per_line", "base_ns_per_line", "monitoring_floor_ns",
-                "unrelated_ratio", "callee_ratio", "curve_ns_per_line"):
+                "unrelated_ratio", "callee_ratio", "curve_ns_per_line", "call_ns"):
         values = [r[key] for r in runs if r[key] is not None]
         out[key] = round(statistics.median(values), 3) if values else None
     out["ns_per_line_range"] = [min(r["ns_per_line"] for r in runs),

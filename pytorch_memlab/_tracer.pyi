@@ -112,8 +112,8 @@ class Tracer:
         any thread, to none running anywhere); ``first``: the first call's
         ``(count, net_growth, values)``, ``later``: the same over the calls
         after it (None where the line did not run in them); ``least_growth``:
-        the least net growth of the line in one call after the first (0 for a
-        call it did not run in), None before the third call.  ``stats()``
+        the least growth of the line that one call after the first kept
+        (callfigures.h; 0 for a call it did not run in), None before the third call.  ``stats()``
         is the two folded together."""
     def peaks(self) -> list[tuple[CodeType, tuple[int, int, int, int, int, dict[int, int]] | None]]:
         """Per registered code object, what was alive at its function's

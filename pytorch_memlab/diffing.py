@@ -75,7 +75,7 @@ def _profile(obj: ProfileLike, what: str) -> Profile:
     if isinstance(obj, (str, os.PathLike)):
         path = os.fspath(obj)
         if os.path.isdir(path):
-            return _rank_folder(path)
+            return _rank_folder(path, what)
         if not os.path.exists(path):
             raise ValueError(f"{what}: {path}: no such file")
         from .records.saved import read
@@ -94,17 +94,22 @@ def _profile(obj: ProfileLike, what: str) -> Profile:
                     f"not {type(obj).__name__}")
 
 
-def _rank_folder(path: str) -> Profile:
-    """A folder of rank<R>.json files: each rank's functions, device "rankR:<device>"."""
+def _rank_folder(path: str, what: str) -> Profile:
+    """A folder of rank<R>.json files: each rank's functions, device "rankR:<device>"
+    (so a rank is compared with the same rank of the other run)."""
     from .distributed import read_rank_dir
     from .records.document import from_document
-    docs = read_rank_dir(path)
+    try:
+        docs = read_rank_dir(path)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{what}: {' '.join(str(exc).split())} (a folder must hold the "
+                         "rank<R>.json files of `run -o DIR/` under torchrun)") from None
     functions: list[FunctionRecord] = []
     columns: list[str] = []
     for doc in docs:
-        rank = doc.get("rank", len(functions))
+        rank = doc["rank"]["rank"]         # read_rank_dir checked that "rank" is a dict
         profile = from_document(doc, path)
-        columns = columns or profile.columns
+        columns += [c for c in profile.columns if c not in columns]
         for record in profile.functions:
             record.device = f"rank{rank}:{record.device}"
             functions.append(record)
@@ -189,31 +194,52 @@ def diff(old: ProfileLike, new: ProfileLike,
     return out
 
 
-def _signed(value: Optional[int]) -> str:
+def signed(value: Optional[int]) -> str:
+    """A change as the tables write it: ``+16.00M``, ``-2.00M``, blank when 0."""
     if not value:
         return ""
     return ("+" if value > 0 else "") + readable_size(value)
 
 
+@dataclass
+class DiffRow:
+    """One aligned line of a function's diff, as both views show it."""
+    line: LineDiff
+    lineno: str                  # the new line number, "-N" for a deleted old line N
+    figures: list[tuple[Optional[int], Optional[int], Optional[int]]]   # (old, new, change)
+    largest: bool                # the largest increase of the function's peak column
+
+
+def diff_columns(fd: FunctionDiff) -> list[str]:
+    return fd.columns + [GROWTH]
+
+
+def diff_rows(fd: FunctionDiff) -> list[DiffRow]:
+    rows = []
+    for line in fd.lines:
+        figures = [(line.old.figure(c) if line.old else None,
+                    line.new.figure(c) if line.new else None, line.change(c))
+                   for c in diff_columns(fd)]
+        lineno = str(line.new.lineno) if line.new else f"-{line.old.lineno}"  # type: ignore[union-attr]
+        largest = line.new is not None and line.new.lineno == fd.peak_line
+        rows.append(DiffRow(line, lineno, figures, largest))
+    return rows
+
+
 def render_text(result: ProfileDiff) -> str:
     out: list[str] = []
     for fd in result.functions:
-        cols = fd.columns + [GROWTH]
         head = []
-        for c in cols:
+        for c in diff_columns(fd):
             head += [f"old {c}", f"new {c}", "change"]
         rows = [head + ["line", "code"]]
-        for line in fd.lines:
+        for row in diff_rows(fd):
             cells = []
-            for c in cols:
-                a = line.old.figure(c) if line.old else None
-                b = line.new.figure(c) if line.new else None
+            for a, b, change in row.figures:
                 cells += ["" if a is None else readable_size(a),
-                          "" if b is None else readable_size(b), _signed(line.change(c))]
-            lineno = str(line.new.lineno) if line.new else f"-{line.old.lineno}"  # type: ignore[union-attr]
-            mark = "   <-- largest increase" if line.new is not None and \
-                line.new.lineno == fd.peak_line else ""
-            rows.append(cells + [lineno, line.code + mark])
+                          "" if b is None else readable_size(b), signed(change)]
+            mark = "   <-- largest increase" if row.largest else ""
+            rows.append(cells + [row.lineno, row.line.code + mark])
         widths = [max(len(r[k]) for r in rows) for k in range(len(head) + 1)]
         out.append(f"## {fd.qualname} ({fd.device})\n")
         for r in rows:
@@ -224,10 +250,8 @@ def render_text(result: ProfileDiff) -> str:
 
 
 def render_html(result: ProfileDiff) -> str:
-    import html
-    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>pytorch_memlab diff"
-            "</title></head><body><pre>" + html.escape(render_text(result))
-            + "</pre></body></html>\n")
+    from .reports.diff_html import render_diff_html
+    return render_diff_html(result)
 
 
 def parse_threshold(text: str, what: str) -> tuple[str, float]:

@@ -9,14 +9,12 @@ comes from.  Importing ``pytorch_memlab`` alone never imports Lightning.
 """
 from __future__ import annotations
 
-import os
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Optional
 
 import torch
 
 from .common.devices import DeviceArg
-from .distributed import RankEnv
-from .step_profiler import PathArg, StepProfiler, check_every, check_path
+from .step_profiler import CallbackOptions, FunctionsArg, PathArg, StepProfiler
 
 
 def _callback_bases() -> tuple[type, ...]:
@@ -38,7 +36,6 @@ def _callback_bases() -> tuple[type, ...]:
 
 _Bases = _callback_bases()
 METRICS = ("memlab/peak_active_bytes", "memlab/peak_reserved_bytes")
-FunctionsArg = Sequence[Union[str, Callable[..., Any], torch.nn.Module]]
 
 
 class MemlabCallback(*_Bases):  # type: ignore[misc]  # a base per installed package
@@ -69,54 +66,23 @@ class MemlabCallback(*_Bases):  # type: ignore[misc]  # a base per installed pac
                  every_n_steps: Optional[int] = None, save: Optional[PathArg] = None,
                  html: Optional[PathArg] = None) -> None:
         super().__init__()
-        owner = type(self).__name__
-        if isinstance(functions, (str, torch.nn.Module)) or callable(functions):
-            functions = [functions]
-        self.functions = list(functions)
-        self.device = device
-        self.every_n_steps = check_every(every_n_steps, owner)
-        # under DDP save is a folder: its name is checked when the fit starts
-        self.save = None if save is None else os.fspath(save)
-        self.html = check_path(html, "html", (".html", ".htm"), owner)
+        self.options = CallbackOptions(type(self).__name__, functions, device,
+                                       every_n_steps, save, html)
         self.steps: Optional[StepProfiler] = None     # the fit being profiled
-
-    def _resolve(self, pl_module: Any) -> list[Callable[..., Any]]:
-        found: list[Callable[..., Any]] = []
-        for item in self.functions:
-            if isinstance(item, str):
-                method = getattr(pl_module, item, None)
-                if not callable(method):
-                    raise ValueError(f"{type(self).__name__}: functions: "
-                                     f"{type(pl_module).__name__} has no method {item!r}; "
-                                     "give a method name of the LightningModule, or a "
-                                     "function, method or module")
-                found.append(method)
-            elif callable(item):
-                found.append(item)
-            else:
-                raise TypeError(f"{type(self).__name__}: functions: got "
-                                f"{type(item).__name__}; expected method names of the "
-                                "LightningModule, functions, methods or modules")
-        return found
 
     # ---- Lightning's hooks -------------------------------------------------------
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         owner = type(self).__name__
-        rank = None
-        if trainer.world_size > 1:
-            rank = RankEnv(trainer.global_rank, trainer.world_size, trainer.local_rank,
-                           os.environ.get("TORCHELASTIC_RUN_ID", ""))
-        else:
-            check_path(self.save, "save", (".json", ".csv"), owner)
-        device = self.device if self.device is not None else pl_module.device
-        functions = self._resolve(pl_module)
+        rank = self.options.rank(owner, trainer.world_size, trainer.global_rank,
+                                 trainer.local_rank)
+        functions = self.options.resolve(owner, pl_module, "the LightningModule")
         if pl_module.automatic_optimization:
             # Lightning runs training_step, backward and the optimizer inside
             # this hook's one line: the step's peak is there
             functions.append(pl_module.optimizer_step)
-        self.steps = StepProfiler(owner, device, pl_module.training_step, functions,
-                                  self.every_n_steps, self.save, self.html, rank)
+        self.steps = self.options.start(owner, pl_module.device, pl_module.training_step,
+                                        functions, rank)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:

@@ -19,6 +19,8 @@ import os
 import sys
 from typing import IO, Any, Callable, NamedTuple, Optional, Sequence, Union
 
+import torch
+
 from .common.devices import DeviceArg
 from .distributed import RankEnv, RankReporter
 from .line_profiler.profiler import LineProfiler
@@ -96,6 +98,62 @@ def check_every(value: Optional[int], owner: str) -> Optional[int]:
         raise ValueError(f"{owner}: every_n_steps must be an int >= 1 (print the tables "
                          f"every that many training steps) or None; got {value!r}")
     return value
+
+
+FunctionsArg = Sequence[Union[str, Callable[..., Any], torch.nn.Module]]
+
+
+class CallbackOptions:
+    """The arguments both callbacks take, checked once when the callback is made."""
+
+    def __init__(self, owner: str, functions: Union[FunctionsArg, str, Callable[..., Any]],
+                 device: DeviceArg, every_n_steps: Optional[int], save: Optional[PathArg],
+                 html: Optional[PathArg]) -> None:
+        if isinstance(functions, (str, torch.nn.Module)) or callable(functions):
+            functions = [functions]
+        self.functions = list(functions)
+        self.device = device
+        self.every_n_steps = check_every(every_n_steps, owner)
+        # distributed, save is a folder: its name is checked when the fit starts
+        self.save = None if save is None else os.fspath(save)
+        self.html = check_path(html, "html", (".html", ".htm"), owner)
+
+    def resolve(self, owner: str, model: Any, holder: str) -> list[Callable[..., Any]]:
+        """The callables to profile: each item as given, a string as the method
+        of ``model`` it names (``holder`` says what ``model`` is, for errors)."""
+        found: list[Callable[..., Any]] = []
+        for item in self.functions:
+            if isinstance(item, str):
+                method = getattr(model, item, None)
+                if not callable(method):
+                    raise ValueError(f"{owner}: functions: {type(model).__name__} has no "
+                                     f"method {item!r}; give a method name of {holder}, "
+                                     "or a function, method or module")
+                found.append(method)
+            elif callable(item):
+                found.append(item)
+            else:
+                raise TypeError(f"{owner}: functions: got {type(item).__name__}; expected "
+                                f"method names of {holder}, functions, methods or modules")
+        return found
+
+    def rank(self, owner: str, world_size: int, rank: int,
+             local_rank: int) -> Optional[RankEnv]:
+        """This process's rank in a distributed fit, else None (and then
+        ``save`` must name a .json or .csv file)."""
+        if world_size > 1:
+            return RankEnv(rank, world_size, local_rank,
+                           os.environ.get("TORCHELASTIC_RUN_ID", ""))
+        check_path(self.save, "save", (".json", ".csv"), owner)
+        return None
+
+    def start(self, owner: str, device: DeviceArg, step_function: Callable[..., Any],
+              functions: Sequence[Callable[..., Any]],
+              rank: Optional[RankEnv]) -> "StepProfiler":
+        """The fit starts: profile it, on this callback's device if it names one."""
+        return StepProfiler(owner, self.device if self.device is not None else device,
+                            step_function, functions, self.every_n_steps, self.save,
+                            self.html, rank)
 
 
 class StepProfiler:

@@ -9,16 +9,12 @@ Importing ``pytorch_memlab`` alone never imports transformers.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import types
-from typing import Any, Callable, Optional, Sequence, Union
-
-import torch
+from typing import Any, Optional
 
 from .common.devices import DeviceArg
-from .distributed import RankEnv
-from .step_profiler import PathArg, StepProfiler, check_every, check_path
+from .step_profiler import CallbackOptions, FunctionsArg, PathArg, StepProfiler
 
 try:
     import transformers
@@ -29,7 +25,6 @@ except ImportError as exc:
                       "transformers accelerate)") from exc
 
 METRICS = ("memlab_peak_active_bytes", "memlab_peak_reserved_bytes")
-FunctionsArg = Sequence[Union[str, Callable[..., Any], torch.nn.Module]]
 
 
 def _find_trainer() -> Any:
@@ -76,14 +71,8 @@ class MemlabTrainerCallback(TrainerCallback):  # type: ignore[misc]  # transform
     def __init__(self, functions: FunctionsArg = (), device: DeviceArg = None,
                  every_n_steps: Optional[int] = None, save: Optional[PathArg] = None,
                  html: Optional[PathArg] = None) -> None:
-        owner = type(self).__name__
-        if isinstance(functions, (str, torch.nn.Module)) or callable(functions):
-            functions = [functions]
-        self.functions = list(functions)
-        self.device = device
-        self.every_n_steps = check_every(every_n_steps, owner)
-        self.save = None if save is None else os.fspath(save)   # a folder under torchrun
-        self.html = check_path(html, "html", (".html", ".htm"), owner)
+        self.options = CallbackOptions(type(self).__name__, functions, device,
+                                       every_n_steps, save, html)
         self.steps: Optional[StepProfiler] = None     # the run being profiled
         self._since_log: list[tuple[int, int]] = []   # step peaks not logged yet
         self._guarded: list[tuple[Any, str]] = []     # (trainer, method) wrapped
@@ -116,25 +105,6 @@ class MemlabTrainerCallback(TrainerCallback):  # type: ignore[misc]  # transform
                 trainer.__dict__.pop(name, None)
         self._guarded = [(t, n) for t, n in self._guarded if n != name]
 
-    def _resolve(self, model: Any) -> list[Callable[..., Any]]:
-        found: list[Callable[..., Any]] = [model.forward]
-        for item in self.functions:
-            if isinstance(item, str):
-                method = getattr(model, item, None)
-                if not callable(method):
-                    raise ValueError(f"{type(self).__name__}: functions: "
-                                     f"{type(model).__name__} has no method {item!r}; give "
-                                     "a method name of the model, or a function, method "
-                                     "or module")
-                found.append(method)
-            elif callable(item):
-                found.append(item)
-            else:
-                raise TypeError(f"{type(self).__name__}: functions: got "
-                                f"{type(item).__name__}; expected method names of the "
-                                "model, functions, methods or modules")
-        return found
-
     # ---- the callback events ------------------------------------------------------
 
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -152,17 +122,13 @@ class MemlabTrainerCallback(TrainerCallback):  # type: ignore[misc]  # transform
                                "callback")
         if not self._train_guarded:       # added after __init__: errors of each step
             self._guard(trainer, "training_step")
-        rank = None
-        if args.world_size > 1:
-            rank = RankEnv(args.process_index, args.world_size, args.local_process_index,
-                           os.environ.get("TORCHELASTIC_RUN_ID", ""))
-        else:
-            check_path(self.save, "save", (".json", ".csv"), owner)
-        device = self.device if self.device is not None else args.device
+        rank = self.options.rank(owner, args.world_size, args.process_index,
+                                 args.local_process_index)
         self._since_log = []
-        self.steps = StepProfiler(owner, device, type(trainer).training_step,
-                                  self._resolve(model),
-                                  self.every_n_steps, self.save, self.html, rank)
+        self.steps = self.options.start(owner, args.device, type(trainer).training_step,
+                                        [model.forward, *self.options.resolve(owner, model,
+                                                                              "the model")],
+                                        rank)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.steps is None or self.steps.done:

@@ -1,15 +1,20 @@
-"""Helpers shared by the test modules (pytest puts test/ on sys.path)."""
+"""Helpers shared by the test modules (pytest puts test/ on sys.path; the
+children run_fresh starts have it on theirs): the figures of a line, sources
+and interpreters for the tracer's tests, and the thread helpers."""
 import bdb
 import ctypes
 import inspect
+import os
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
 MiB = 1 << 20
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def line_of(func, text):
@@ -31,12 +36,73 @@ def line_figures(prof, func, text, device=None):
     raise AssertionError(f"{func.__qualname__} has no record on {device}")
 
 
+def tracer_line(tracer, func, text):
+    """(count, growth, values in column order) of the line of ``func``
+    containing ``text``, as a ``_tracer.Tracer``'s stats() holds it."""
+    return dict(tracer.stats())[func.__code__][line_of(func, text)]
+
+
 def tracer_figures(tracer, func, text):
-    """(count, growth, {column: value}) of the line of ``func`` containing
-    ``text``, from a ``_tracer.Tracer``'s stats(): the tracer-level twin of
+    """tracer_line with the values by column name: the tracer-level twin of
     line_figures."""
-    count, growth, values = dict(tracer.stats())[func.__code__][line_of(func, text)]
+    count, growth, values = tracer_line(tracer, func, text)
     return count, growth, dict(zip(tracer.columns, values))
+
+
+def disabled_after(make):
+    """A fixture's body (``yield from disabled_after(make)``): yields a
+    factory that calls ``make`` and keeps what it made; at teardown each one
+    is disabled and no trace function may be left behind."""
+    made = []
+
+    def factory(*args, **kwargs):
+        made.append(make(*args, **kwargs))
+        return made[-1]
+
+    yield factory
+    for obj in made:
+        obj.disable()
+    assert sys.gettrace() is None
+
+
+class LevelSource:
+    """A Python memory source with one level field that counts its readings;
+    ``on_sample`` (if given) runs inside each reading, before it returns."""
+    name = "py"
+    fields = ("n.current",)
+    kinds = ("level",)
+
+    def __init__(self, on_sample=None):
+        self.n = 0
+        self.on_sample = on_sample
+
+    def prepare(self, device):
+        pass
+
+    def sample(self, device):
+        self.n += 1
+        if self.on_sample is not None:
+            self.on_sample()
+        return (self.n,)
+
+    def reset_peaks(self, device):
+        pass
+
+
+def run_fresh(code, malloc="debug", warnings_error=False, timeout=120):
+    """``code`` (dedented) in a fresh interpreter under PYTHONMALLOC=``malloc``
+    (debug: a use after free fails loudly instead of passing by luck; None:
+    as this process has it); under AddressSanitizer (make asan) the system
+    allocator, the one it watches.  The child imports the extension this process uses (the ASan
+    build under make asan, not the checkout's) and can import from test/."""
+    from pytorch_memlab import _tracer
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(_tracer.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_root, HERE]))
+    if malloc and "asan" not in env.get("LD_PRELOAD", ""):
+        env["PYTHONMALLOC"] = malloc
+    flags = ["-W", "error"] if warnings_error else []
+    return subprocess.run([sys.executable, *flags, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def run_script(tmp_path, source, expect_rc=0, env=None, timeout=300):
@@ -58,15 +124,20 @@ class ContinueDebugger(bdb.Bdb):
         self.set_continue()
 
 
+# ---- threads ------------------------------------------------------------------------
+
 _thread_state = ctypes.pythonapi.PyThreadState_Get
 _thread_state.restype = ctypes.c_void_p
 
 
-def threads_at_reused_addresses(debugged_call, plain_call, wanted=2, limit=50):
+def threads_at_reused_addresses(debugged_call, plain_call, wanted=2, limit=400):
     """Start threads one after another until `wanted` of them got the
     PyThreadState address of an earlier thread that ran debugged_call (CPython
-    reuses that memory, though not always at once): those run plain_call, the
-    others debugged_call.  Returns (threads run, threads at a reused address)."""
+    reuses that memory, though not always at once: after a long suite the
+    allocator's bins can hand out other chunks for dozens of threads, which
+    is why the limit is high; the loop stops as soon as `wanted` are seen):
+    those run plain_call, the others debugged_call.  Returns (threads run,
+    threads at a reused address)."""
     debugged, reused = set(), []
 
     def worker():
@@ -89,3 +160,76 @@ def threads_at_reused_addresses(debugged_call, plain_call, wanted=2, limit=50):
                     "finished thread's PyThreadState address: nothing to witness")
     assert len(reused) >= wanted, "no thread got a finished thread's PyThreadState address"
     return runs, len(reused)
+
+
+def keep_and_temp(ready, proceed, empty):
+    """A line that keeps 1 MiB and frees a 2 MiB temporary (``empty(n)``
+    makes n float32s on the device under test)."""
+    ready.set()  # before
+    proceed.wait(30)  # wait
+    # The sleeps hand the GIL to the other thread in the middle of the line.
+    x = (empty(524288), time.sleep(0.02), empty(262144), time.sleep(0.02))[2]  # keep 1 MiB, 2 MiB temporary
+    return x  # done
+
+
+def spin(until):
+    """Four lines that allocate nothing, run until ``until`` is set."""
+    n = 0  # start
+    while not until.is_set():
+        n += 1  # spin
+    return n  # done
+
+
+def worker_against_main(work, main):
+    """work(ready, proceed) on a new thread and, once it is ready, main(done)
+    on this one until the worker is done; the interpreter switches threads
+    every microsecond meanwhile, so their line events interleave.  Returns
+    (work's result, main's result)."""
+    ready, proceed, done = threading.Event(), threading.Event(), threading.Event()
+    kept = []
+
+    def worker():
+        try:
+            kept.append(work(ready, proceed))
+        finally:
+            done.set()   # main must not wait forever on a worker that raised
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        thread = threading.Thread(target=worker)
+        thread.start()
+        ready.wait(30)
+        proceed.set()
+        result = main(done)
+        thread.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert kept, "the worker thread raised (its traceback is above)"
+    return kept[0], result
+
+
+class EarlyThread:
+    """A thread started at once that waits to be released and then runs
+    ``call()``: a thread that exists before a profiler is enabled."""
+
+    def __init__(self, call):
+        self.go, self.done = threading.Event(), threading.Event()
+
+        def worker():
+            self.go.wait()
+            try:
+                call()
+            finally:
+                self.done.set()
+
+        self.thread = threading.Thread(target=worker)
+        self.thread.start()
+
+    def release(self):
+        """Let it run ``call()``, and wait until that has returned."""
+        self.go.set()
+        self.done.wait(30)
+
+    def join(self):
+        self.thread.join()

@@ -64,3 +64,28 @@ def test_cuda_diff():
     line = next(ln for ln in fd.lines if "kept.append" in ln.code)
     assert line.change("net_growth") == 2 * MiB
     kept.clear()
+
+
+def held_step():
+    kept.append(torch.empty(MiB // 4, device="cuda"))                           # 1 MiB
+    out = torch.empty(MiB, device="cuda")                                       # 4 MiB held
+    return out
+
+
+@cuda
+def test_cuda_held_result_beside_a_leak():
+    """The result the caller holds until the next call is not marked; the
+    line that keeps 1 MiB per call is (the frees charged to what they fit)."""
+    kept.clear()
+    prof = LineProfiler(held_step, device="cuda")
+    with prof:
+        result = None
+        for _ in range(5):
+            result = held_step()
+        del result
+    torch.cuda.synchronize()
+    held = line_figures(prof, held_step, "out = torch.empty")
+    leak = line_figures(prof, held_step, "kept.append")
+    print("held:", held["growth_per_call"], "leak:", leak["growth_per_call"])
+    assert held["growth_per_call"] == 0 and leak["growth_per_call"] == MiB
+    kept.clear()

@@ -126,6 +126,8 @@ def test_exit_status_is_the_scripts_and_results_are_written(train, args, status,
         assert out.stderr.startswith("Traceback (most recent call last):\n"
                                      f'  File "{train / "train.py"}", line ')
         assert "cli.py" not in out.stderr
+        assert "wrapping.py" not in out.stderr      # nor run's wrapper of main
+        assert out.stderr.count(", in main\n") == 1
         (main,) = saved.stats("main")
         raised = [line["code"].strip() for line in main["lines"] if line["raised"]]
         assert raised == ['raise RuntimeError("boom from the script")']

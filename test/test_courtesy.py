@@ -58,6 +58,28 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tens
     return loss.detach()
 
 
+def adam(model: torch.nn.Module) -> torch.optim.Optimizer:
+    return torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+
+
+def train_beside_reference(device: str, batch: int,
+                           round_trip: Callable[[torch.nn.Module, torch.optim.Optimizer], None]
+                           ) -> None:
+    """Four Adam steps of a tied_model and of its copy on the same data: the
+    copy's state makes ``round_trip`` after its second step, and every loss
+    and the final state must equal the reference's."""
+    data = [torch.randn(batch, 16, device=device) for _ in range(4)]
+    ref = tied_model(device)
+    ref_opt = adam(ref)
+    model = copy.deepcopy(ref)
+    opt = adam(model)
+    for i, x in enumerate(data):
+        assert torch.equal(train_step(model, opt, x), train_step(ref, ref_opt, x))
+        if i == 1:
+            round_trip(model, opt)
+    assert_same_values(snapshot(state_tensors(model, opt)), snapshot(state_tensors(ref, ref_opt)))
+
+
 def snapshot(tensors: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     return {k: t.detach().cpu().clone() for k, t in tensors.items()}
 
@@ -190,7 +212,7 @@ def test_noop_without_cuda():
 
 def test_round_trip_keeps_identity_aliasing_values():
     model = tied_model()
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    opt = adam(model)
     train_step(model, opt, torch.randn(8, 16))
     first, hidden, frozen, last = model.first, model.hidden, model.frozen, model.last
     assert frozen.weight.grad is None  # a Parameter without grad must not trip anything
@@ -228,18 +250,11 @@ def test_round_trip_keeps_identity_aliasing_values():
 
 
 def test_training_after_round_trip_matches_reference():
-    data = [torch.randn(8, 16) for _ in range(4)]
-    ref = tied_model()
-    ref_opt = torch.optim.Adam([p for p in ref.parameters() if p.requires_grad], lr=1e-2)
-    model = copy.deepcopy(ref)
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
-    for i, x in enumerate(data):
-        assert torch.equal(train_step(model, opt, x), train_step(ref, ref_opt, x))
-        if i == 1:
-            parked = storage_bytes(state_tensors(model, opt).values())
-            with HostCourtesy(tensors=[model, opt], threshold=None) as c:
-                assert c.yielded_bytes == parked
-    assert_same_values(snapshot(state_tensors(model, opt)), snapshot(state_tensors(ref, ref_opt)))
+    def round_trip(model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
+        parked = storage_bytes(state_tensors(model, opt).values())
+        with HostCourtesy(tensors=[model, opt], threshold=None) as c:
+            assert c.yielded_bytes == parked
+    train_beside_reference("cpu", 8, round_trip)
 
 
 def test_view_in_scope_brings_its_base():
@@ -405,7 +420,7 @@ def test_cuda_aliasing_identity_values():
 @needs_cuda
 def test_cuda_grads_and_optimizer_state_move():
     model = tied_model("cuda")
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    opt = adam(model)
     train_step(model, opt, torch.randn(8, 16, device="cuda"))
     grad = model.hidden.weight.grad
     before = state_tensors(model, opt)
@@ -429,18 +444,11 @@ def test_cuda_grads_and_optimizer_state_move():
 
 @needs_cuda
 def test_cuda_training_step_matches_run_without_round_trip():
-    data = [torch.randn(32, 16, device="cuda") for _ in range(4)]
-    ref = tied_model("cuda")
-    ref_opt = torch.optim.Adam([p for p in ref.parameters() if p.requires_grad], lr=1e-2)
-    model = copy.deepcopy(ref)
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
-    for i, x in enumerate(data):
-        assert torch.equal(train_step(model, opt, x), train_step(ref, ref_opt, x))
-        if i == 1:
-            with Courtesy(tensors=[model, opt], threshold=None):
-                assert all(p.device.type == "cpu" for p in model.parameters())
-            assert all(p.is_cuda for p in model.parameters())
-    assert_same_values(snapshot(state_tensors(model, opt)), snapshot(state_tensors(ref, ref_opt)))
+    def round_trip(model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
+        with Courtesy(tensors=[model, opt], threshold=None):
+            assert all(p.device.type == "cpu" for p in model.parameters())
+        assert all(p.is_cuda for p in model.parameters())
+    train_beside_reference("cuda", 32, round_trip)
 
 
 @needs_cuda

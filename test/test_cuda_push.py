@@ -1,17 +1,16 @@
 """The CUDA push path: the allocator's trace tracker instead of
 poll-and-reset.  The choice tests run anywhere the shim loads; the rest need a
 GPU and compare every figure with torch's own counters."""
+import functools
 import gc
 import os
 import random
-import sys
-import threading
-import time
 import warnings
 
 import pytest
 from conftest import requires_cuda
-from helpers import line_of, run_script
+from helpers import (MiB, keep_and_temp, line_figures, run_script, spin,
+                     worker_against_main)
 
 torch = pytest.importorskip("torch")
 
@@ -21,7 +20,6 @@ from pytorch_memlab.records.columns import GROWTH_FIELD  # noqa: E402
 
 shim, _shim_error = native.load_shim()
 needs_shim = pytest.mark.skipif(shim is None, reason=f"no torch shim ({_shim_error})")
-from helpers import MiB  # noqa: E402
 DEFAULTS = DEFAULT_COLUMNS + (GROWTH_FIELD,)
 PUSHED = ("active_bytes.all.current", "active_bytes.all.peak",
           "reserved_bytes.all.current", "reserved_bytes.all.peak")
@@ -345,27 +343,8 @@ def test_reader_peaks_with_expandable_segments(tmp_path):
     assert out.split() == ["[]"]
 
 
-def cuda_keep_and_temp(ready, proceed):
-    ready.set()  # before
-    proceed.wait(30)  # wait
-    # The sleeps hand the GIL to the spinning thread in the middle of the line.
-    x = (torch.empty(524288, device="cuda"), time.sleep(0.02), torch.empty(262144, device="cuda"), time.sleep(0.02))[2]  # keep 1 MiB, 2 MiB temporary
-    return x  # done
-
-
-def cuda_spin(until):
-    n = 0  # start
-    while not until.is_set():
-        n += 1  # spin
-    return n  # done
-
-
-def cuda_row(prof, func, text):
-    lineno = line_of(func, text)
-    for record in prof.stats(func):
-        if record["device"].startswith("cuda"):
-            return next(line for line in record["lines"] if line["lineno"] == lineno)
-    raise AssertionError(func)
+def keep_on_cuda(ready, proceed):
+    return keep_and_temp(ready, proceed, functools.partial(torch.empty, device="cuda"))
 
 
 @requires_cuda
@@ -375,28 +354,11 @@ def test_thread_line_peak_while_main_thread_profiled():
     although the main thread reads the same device all the while (under
     poll-and-reset the main thread's resets hid it)."""
     torch.cuda.init()
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    prof = LineProfiler(cuda_keep_and_temp, cuda_spin, device="cuda:0")
-    ready, proceed, done = threading.Event(), threading.Event(), threading.Event()
-    kept = []
-
-    def worker():
-        kept.append(cuda_keep_and_temp(ready, proceed))
-        done.set()
-
-    try:
-        with prof:
-            t = threading.Thread(target=worker)
-            t.start()
-            ready.wait(30)
-            proceed.set()
-            cuda_spin(done)
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
-    base = cuda_row(prof, cuda_keep_and_temp, "# wait")["active_bytes.all.peak"]
-    line = cuda_row(prof, cuda_keep_and_temp, "# keep 1 MiB")
+    prof = LineProfiler(keep_and_temp, spin, device="cuda:0")
+    with prof:
+        worker_against_main(keep_on_cuda, spin)
+    base = line_figures(prof, keep_and_temp, "# wait")["active_bytes.all.peak"]
+    line = line_figures(prof, keep_and_temp, "# keep 1 MiB")
     assert line["count"] == 1
     assert line["active_bytes.all.peak"] - base == 3 * MiB
     assert line["net_growth"] == MiB
@@ -413,35 +375,18 @@ def test_thread_allocated_and_freed_are_the_threads_own():
     each line the other thread's bytes too)."""
     torch.cuda.init()
     settle()
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    prof = LineProfiler(cuda_keep_and_temp, cuda_churn, device="cuda:0",
+    prof = LineProfiler(keep_and_temp, cuda_churn, device="cuda:0",
                         columns=THREAD_COLUMNS)
-    ready, proceed, done = threading.Event(), threading.Event(), threading.Event()
-    kept = []
-
-    def worker():
-        kept.append(cuda_keep_and_temp(ready, proceed))
-        done.set()
-
-    try:
-        with prof:
-            t = threading.Thread(target=worker)
-            t.start()
-            ready.wait(30)
-            proceed.set()
-            churned = cuda_churn(done)
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
-    line = cuda_row(prof, cuda_keep_and_temp, "# keep 1 MiB")
+    with prof:
+        _, churned = worker_against_main(keep_on_cuda, cuda_churn)
+    line = line_figures(prof, keep_and_temp, "# keep 1 MiB")
     assert line["count"] == 1
     assert line["allocated_bytes.all.allocated"] == 3 * MiB
     assert line["allocated_bytes.all.freed"] == 2 * MiB
     assert line["allocation.all.allocated"] == 2
     assert line["allocation.all.freed"] == 1
     assert churned > 0
-    churn = cuda_row(prof, cuda_churn, "# churn")
+    churn = line_figures(prof, cuda_churn, "# churn")
     assert churn["count"] == churned
     # counters sum over the runs: one 512 KiB block each, never the worker's
     assert churn["allocated_bytes.all.allocated"] == churned * 512 * 1024

@@ -26,6 +26,19 @@ def tracer(*functions, curve="peak"):
     return t
 
 
+def traced(call, *functions, curve="peak"):
+    """A tracer of ``functions`` (curve=``curve``) that was on while call()
+    ran, the manual source reset first."""
+    ts.manual_reset()
+    t = tracer(*functions, curve=curve)
+    t.enable()
+    try:
+        call()
+    finally:
+        t.disable()
+    return t
+
+
 def curves(t):
     return {code.co_name: found for code, found in t.curves()}
 
@@ -41,11 +54,7 @@ def five_levels():
 
 
 def test_five_line_events_equal_their_levels_event_for_event():
-    ts.manual_reset()
-    t = tracer(five_levels)
-    t.enable()
-    five_levels()
-    t.disable()
+    t = traced(five_levels, five_levels)
     points, merged, call, calls, events = curves(t)["five_levels"]
     first = line_of(five_levels, "manual_alloc(100)")
     # (line, active at its end, reserved at its end, peak inside it, callee):
@@ -72,11 +81,7 @@ def outer(n):
 
 
 def test_a_nested_call_is_a_span_of_its_lines_inside_the_caller():
-    ts.manual_reset()
-    t = tracer(outer, inner)
-    t.enable()
-    outer(5)
-    t.disable()
+    t = traced(lambda: outer(5), outer, inner)
     found = curves(t)
     points = found["outer"][0]
     top = line_of(outer, "manual_alloc(10)")
@@ -94,12 +99,7 @@ def test_a_nested_call_is_a_span_of_its_lines_inside_the_caller():
                                                    (2, 2), (3, 3)],
                          ids=["peak", "first", "last", "n2", "n3"])
 def test_which_call_is_kept(choice, expected_call):
-    ts.manual_reset()
-    t = tracer(inner, curve=choice)
-    t.enable()
-    for n in (10, 30, 20):
-        inner(n)
-    t.disable()
+    t = traced(lambda: [inner(n) for n in (10, 30, 20)], inner, curve=choice)
     points, _, call, calls, _ = curves(t)["inner"]
     assert (call, calls) == (expected_call, 3)
     assert points[0][1] == (10, 30, 20)[expected_call - 1]
@@ -124,11 +124,7 @@ def test_a_recursive_call_is_one_outermost_call():
             rec(k - 1)
         ts.manual_alloc(-1)
 
-    ts.manual_reset()
-    t = tracer(rec)
-    t.enable()
-    rec(3)
-    t.disable()
+    t = traced(lambda: rec(3), rec)
     points, _, call, calls, events = curves(t)["rec"]
     assert (call, calls, events) == (1, 1, len(points)) and events == 4 * 3 + 3
     assert max(p[1] for p in points) == 4
@@ -142,11 +138,7 @@ def spiky(n, at):
 
 
 def test_a_300000_event_call_keeps_at_most_the_limit_and_its_true_maximum():
-    ts.manual_reset()
-    t = tracer(spiky)
-    t.enable()
-    spiky(150_000, 91_234)
-    t.disable()
+    t = traced(lambda: spiky(150_000, 91_234), spiky)
     points, merged, _, _, events = curves(t)["spiky"]
     # for + if per iteration, the spike, the loop's end, the return
     assert events == 2 * 150_000 + 3
@@ -157,11 +149,7 @@ def test_a_300000_event_call_keeps_at_most_the_limit_and_its_true_maximum():
 
 
 def test_curve_none_records_nothing():
-    ts.manual_reset()
-    t = tracer(five_levels, curve=None)
-    t.enable()
-    five_levels()
-    t.disable()
+    t = traced(five_levels, five_levels, curve=None)
     assert t.curves() == []
 
 
@@ -179,11 +167,7 @@ def test_curve_columns_must_be_columns():
 
 
 def test_clear_forgets_the_curves():
-    ts.manual_reset()
-    t = tracer(five_levels)
-    t.enable()
-    five_levels()
-    t.disable()
+    t = traced(five_levels, five_levels)
     t.clear()
     assert t.curves() == []
 

@@ -3,6 +3,7 @@ of a script, the second inserting a line and enlarging a tensor."""
 import subprocess
 import sys
 import textwrap
+from html.parser import HTMLParser
 
 import pytest
 
@@ -11,6 +12,7 @@ pytest.importorskip("pytorch_memlab._torchshim")
 
 import pytorch_memlab  # noqa: E402
 from helpers import MiB  # noqa: E402
+from pytorch_memlab.common.sizes import readable_size  # noqa: E402
 
 OLD = """\
 import torch
@@ -123,3 +125,66 @@ def test_usage_errors(pair, tmp_path, args, message):
     proc = cli(*[names.get(a, a) for a in args])
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr
+
+
+class Cells(HTMLParser):
+    """The rows of every table of a page: [(tr attrs, [(td attrs, text)])],
+    and the text of each p.summary."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows, self.summaries, self._cell, self._summary = [], [], None, None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "tr":
+            self.rows.append((attrs, []))
+        elif tag == "td":
+            self._cell = (attrs, [])
+        elif tag == "p" and attrs.get("class") == "summary":
+            self._summary = []
+
+    def handle_endtag(self, tag):
+        if tag == "td":
+            self.rows[-1][1].append((self._cell[0], "".join(self._cell[1])))
+            self._cell = None
+        elif tag == "p" and self._summary is not None:
+            self.summaries.append("".join(self._summary))
+            self._summary = None
+
+    def handle_data(self, data):
+        for part in (self._cell and self._cell[1], self._summary):
+            if part is not None:
+                part.append(data)
+
+
+def test_html_view_is_a_table_with_exact_figures(pair, tmp_path):
+    old, new = pair
+    page = tmp_path / "diff.html"
+    assert cli(old, new, "-o", page).returncode == 0
+    text = page.read_text()
+    assert text.startswith("<!DOCTYPE html>") and "<style>" in text
+    assert "<pre>" not in text and "http" not in text       # a table, nothing fetched
+    parsed = Cells()
+    parsed.feed(text)
+    (fd,) = pytorch_memlab.diff(old, new).functions
+    columns = fd.columns + ["net_growth"]
+    rows = {cells[-1][1].replace("\u2190 largest increase", "").strip(): (attrs, cells)
+            for attrs, cells in parsed.rows if cells}
+    assert len(rows) == len(fd.lines)
+    growth = 3 * columns.index("net_growth")
+    for code, moved in [("extra = torch.empty(1 << 18)", MiB),
+                        ("b = torch.empty(1 << 21)", 8 * MiB)]:
+        attrs, cells = rows[code]
+        old_cell, new_cell, change = cells[growth:growth + 3]
+        assert old_cell == ({"data-v": ""}, "")
+        assert new_cell[0]["data-v"] == str(moved) and change[0]["data-v"] == str(moved)
+        assert change[0]["class"] == "up" and change[1] == "+" + readable_size(moved)
+        assert change[0]["title"] == f"{moved:,} bytes"
+    attrs, cells = rows["b = torch.empty(1 << 20)"]
+    assert attrs["class"] == "gone" and cells[-2][1] == "-5"
+    assert cells[growth + 2][0]["class"] == "down" and cells[growth + 2][1] == "-4.00M"
+    (largest,) = [code for code, (attrs, _) in rows.items() if attrs.get("class") == "largest"]
+    assert rows[largest][1][-2][1] == str(fd.peak_line)
+    assert parsed.summaries == [fd.summary(), fd.summary()]   # under the table, and at the end
+    assert fd.summary().startswith("train_step: peak 8.00M -> 13.00M (+5.00M, +62.5%)")

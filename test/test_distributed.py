@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import MiB
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("pytorch_memlab._torchshim")
@@ -15,7 +16,6 @@ if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parent.parent
-MIB = 1024 * 1024
 
 # rank r allocates (r + 1) MiB on the marked line
 TRAIN = """\
@@ -121,15 +121,15 @@ def test_run_two_gloo_ranks_merged_over_the_group(tmp_path):
         assert doc["devices"] == ["cpu"]
         line = marked(doc)
         assert line["count"] == 2
-        assert line["net_growth"] == 2 * (rank + 1) * MIB           # exact, per rank
-        assert line["active_bytes.all.peak"] >= (rank + 1) * MIB
+        assert line["net_growth"] == 2 * (rank + 1) * MiB           # exact, per rank
+        assert line["active_bytes.all.peak"] >= (rank + 1) * MiB
         assert doc["run"]["exit_status"] == 0
     # the marked line: rank 0 1.00M, rank 1 2.00M, spread 1.00M of peak; growth 2M/4M/2M
     row = [line for line in out.stdout.splitlines() if "# MARK" in line][0].split()
     spread_peak = (marked(rank_doc(tmp_path / "prof", 1))["active_bytes.all.peak"]
                    - marked(rank_doc(tmp_path / "prof", 0))["active_bytes.all.peak"])
     assert row[1] == "2.00M" and row[3] == "4.00M" and row[5] == "2.00M"
-    assert row[4] == f"{spread_peak / MIB:.2f}M"
+    assert row[4] == f"{spread_peak / MiB:.2f}M"
     view = memlab(tmp_path, "view", "prof/")
     assert view.returncode == 0, view.stderr
     assert view.stdout.strip() == merged_part(out.stdout)
@@ -145,7 +145,7 @@ def test_decorators_under_torchrun_write_files_and_print_once(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("## train_step") == 1
     for rank in (0, 1):
-        assert marked(rank_doc(tmp_path / "prof", rank))["net_growth"] == (rank + 1) * MIB
+        assert marked(rank_doc(tmp_path / "prof", rank))["net_growth"] == (rank + 1) * MiB
 
 
 def test_without_a_process_group_rank0_merges_the_files(tmp_path):
@@ -164,7 +164,7 @@ def test_a_crashing_rank_leaves_its_file(tmp_path):
     assert out.returncode != 0
     doc = rank_doc(tmp_path / "prof", 1)
     assert doc["run"]["exit_status"] == 1
-    assert marked(doc)["net_growth"] == 4 * MIB
+    assert marked(doc)["net_growth"] == 4 * MiB
 
 
 def test_a_rank_killed_hard_is_named_missing(tmp_path):
@@ -190,7 +190,7 @@ def test_past_four_ranks_min_max_and_the_rank_with_the_max(tmp_path):
     docs = []
     for rank, size in enumerate([1, 3, 2, 5, 4]):
         with LineProfiler(step, device="cpu", columns=["active_bytes.all.peak"]) as prof:
-            step(size * MIB)
+            step(size * MiB)
         doc = prof.to_dict()
         doc["rank"] = {"rank": rank, "world_size": 6}
         docs.append(doc)

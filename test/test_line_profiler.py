@@ -11,7 +11,7 @@ import sys
 import threading
 
 import pytest
-from helpers import (ContinueDebugger, line_figures, run_script,  # noqa: E402
+from helpers import (ContinueDebugger, EarlyThread, MiB, disabled_after, line_figures, run_script,
                      threads_at_reused_addresses)
 
 torch = pytest.importorskip("torch")
@@ -19,7 +19,6 @@ pytest.importorskip("pytorch_memlab._torchshim")
 
 from pytorch_memlab import LineProfiler, _tracer  # noqa: E402
 
-from helpers import MiB  # noqa: E402
 PEAK = "active_bytes.all.peak"
 MONITORING = _tracer.MECHANISM == "monitoring"
 
@@ -34,20 +33,14 @@ def assert_no_hook(prof):
             assert tracer.tool_id == -1
 
 
+def cpu_profiler(*funcs, **kwargs):
+    kwargs.setdefault("device", "cpu")
+    return LineProfiler(*funcs, **kwargs)
+
+
 @pytest.fixture
 def prof_factory():
-    made = []
-
-    def make(*funcs, **kwargs):
-        kwargs.setdefault("device", "cpu")
-        prof = LineProfiler(*funcs, **kwargs)
-        made.append(prof)
-        return prof
-
-    yield make
-    for prof in made:
-        prof.disable()
-    assert sys.gettrace() is None
+    yield from disabled_after(cpu_profiler)
 
 
 # ---- profiled code -------------------------------------------------------------
@@ -177,19 +170,10 @@ def test_thread_started_after_enable(prof_factory):
                     "enable() is hooked by the decorators' wrapper only (see decorator tests)")
 def test_thread_started_before_enable(prof_factory):
     prof = prof_factory(one_mib)
-    go, done = threading.Event(), threading.Event()
-
-    def worker():
-        go.wait()
-        one_mib()
-        done.set()
-
-    t = threading.Thread(target=worker)
-    t.start()
+    early = EarlyThread(one_mib)
     with prof:
-        go.set()
-        done.wait(30)
-    t.join()
+        early.release()
+    early.join()
     assert line_figures(prof, one_mib, "# 1 MiB")["count"] == 1
 
 

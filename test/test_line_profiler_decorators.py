@@ -8,7 +8,7 @@ import sys
 import threading
 
 import pytest
-from helpers import line_figures, run_script  # noqa: E402
+from helpers import EarlyThread, MiB, line_figures, run_script
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("pytorch_memlab._torchshim")
@@ -28,7 +28,6 @@ from pytorch_memlab.line_profiler import (  # noqa: E402
     readable_size,
 )
 
-from helpers import MiB  # noqa: E402
 MONITORING = _tracer.MECHANISM == "monitoring"
 
 
@@ -324,20 +323,11 @@ def test_thread_started_before_and_after(cpu_profile):
         x = torch.empty(262144)  # thread line
         return x.numel()
 
-    go, done = threading.Event(), threading.Event()
-
-    def worker():
-        go.wait()
-        in_thread()
-        done.set()
-
-    early = threading.Thread(target=worker)
-    early.start()                        # exists before anything is enabled
+    early = EarlyThread(in_thread)   # exists before anything is enabled
 
     @profile(device="cpu")
     def main_side():
-        go.set()
-        done.wait(30)  # waits for the early thread
+        early.release()  # waits for the early thread
         late = threading.Thread(target=in_thread)
         late.start()
         late.join()

@@ -5,7 +5,7 @@ import json
 import re
 
 import pytest
-from helpers import line_of, run_script  # noqa: E402
+from helpers import MiB, line_of, run_script  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
@@ -193,7 +193,6 @@ def test_cuda_fragmentation_hint():
     # 6 MiB tensors come three to a 20 MiB segment; keeping the middle one of each
     # three leaves 6 and 8 MiB holes everywhere: 9 MiB fits in the reserved-but-free
     # memory but in no single hole, and the device (capped here) has no room left
-    MiB = 1 << 20
     torch.cuda.empty_cache()
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved(0) + (1 << 30)) / total, 0)

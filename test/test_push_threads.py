@@ -5,65 +5,23 @@ and the allocator's own peak statistics are never reset by profiling."""
 import random
 import sys
 import threading
-import time
 
 import pytest
-from helpers import line_figures
+from helpers import MiB, keep_and_temp, line_figures, spin, worker_against_main
 
 torch = pytest.importorskip("torch")
 shim = pytest.importorskip("pytorch_memlab._torchshim")
 
 from pytorch_memlab import LineProfiler  # noqa: E402
 
-from helpers import MiB  # noqa: E402
 PEAK = "active_bytes.all.peak"
 ALLOC = "active_bytes.all.allocated"
 FREED = "active_bytes.all.freed"
 COLUMNS = [PEAK, ALLOC, FREED]
 
 
-def keep_and_temp(ready, proceed):
-    ready.set()  # before
-    proceed.wait(30)  # wait
-    # The sleeps hand the GIL to the spinning thread in the middle of the line.
-    x = (torch.empty(524288), time.sleep(0.02), torch.empty(262144), time.sleep(0.02))[2]  # keep 1 MiB, 2 MiB temporary
-    return x  # done
-
-
-def spin(until):
-    n = 0  # start
-    while not until.is_set():
-        n += 1  # spin
-    return n  # done
-
-
-@pytest.fixture
-def fast_switching():
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)   # interleave the two threads' line events
-    yield
-    sys.setswitchinterval(old)
-
-
-def run_worker_against_spinner(prof_worker, prof_main):
-    """Thread A runs keep_and_temp under prof_worker while the main thread
-    spins in a profiled loop under prof_main."""
-    ready, proceed, done = threading.Event(), threading.Event(), threading.Event()
-    kept = []
-
-    def worker():
-        with prof_worker:
-            kept.append(keep_and_temp(ready, proceed))
-        done.set()
-
-    with prof_main:
-        t = threading.Thread(target=worker)
-        t.start()
-        ready.wait(30)
-        proceed.set()
-        spin(done)
-    t.join()
-    return kept
+def keep_on_cpu(ready, proceed):
+    return keep_and_temp(ready, proceed, torch.empty)
 
 
 def check_worker_line(prof):
@@ -85,31 +43,27 @@ def check_spin_took_nothing(prof):
         assert (line[ALLOC], line[FREED]) == (0, 0), line
 
 
-def test_thread_line_exact_while_main_thread_profiled(fast_switching):
+def test_thread_line_exact_while_main_thread_profiled():
     """The issue's case: one profiler, two threads."""
     prof = LineProfiler(keep_and_temp, spin, device="cpu", columns=COLUMNS)
-    ready, proceed, done = threading.Event(), threading.Event(), threading.Event()
-    kept = []
-
-    def worker():
-        kept.append(keep_and_temp(ready, proceed))
-        done.set()
-
     with prof:
-        t = threading.Thread(target=worker)
-        t.start()
-        ready.wait(30)
-        proceed.set()
-        spin(done)
-        t.join()
+        worker_against_main(keep_on_cpu, spin)
     check_worker_line(prof)
     check_spin_took_nothing(prof)
 
 
-def test_two_profilers_on_two_threads_each_exact(fast_switching):
+def test_two_profilers_on_two_threads_each_exact():
     prof_a = LineProfiler(keep_and_temp, device="cpu", columns=COLUMNS)
     prof_b = LineProfiler(spin, device="cpu", columns=COLUMNS)
-    run_worker_against_spinner(prof_a, prof_b)
+
+    def work(ready, proceed):
+        with prof_a:
+            return keep_on_cpu(ready, proceed)
+
+    def main(done):
+        with prof_b:
+            return spin(done)
+    worker_against_main(work, main)
     check_worker_line(prof_a)
     check_spin_took_nothing(prof_b)
 

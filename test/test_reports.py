@@ -11,13 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import MiB
 
 from pytorch_memlab import load
 from pytorch_memlab.html_report import render_report
 from pytorch_memlab.records.document import SCHEMA_VERSION, from_document
 
 ROOT = Path(__file__).resolve().parent.parent
-MiB = 1 << 20
 
 
 def text_of(obj):

@@ -11,8 +11,7 @@ import threading
 import warnings
 
 import pytest
-from helpers import line_of  # noqa: E402
-from helpers import tracer_figures  # noqa: E402
+from helpers import EarlyThread, disabled_after, line_of, tracer_figures
 
 from pytorch_memlab import _testsource, _tracer
 
@@ -21,22 +20,17 @@ COLUMNS = ["bytes.peak", "bytes.allocated", "bytes.freed", "bytes.current"]
 MONITORING = _tracer.MECHANISM == "monitoring"
 
 
+def manual_tracer(*funcs, columns=COLUMNS):
+    _testsource.manual_reset()
+    t = _tracer.Tracer(_testsource.manual_source, 0, columns, "bytes.current")
+    for f in funcs:
+        t.add_code(f.__code__)
+    return t
+
+
 @pytest.fixture
 def make_tracer():
-    made = []
-
-    def make(*funcs, columns=COLUMNS):
-        _testsource.manual_reset()
-        t = _tracer.Tracer(_testsource.manual_source, 0, columns, "bytes.current")
-        for f in funcs:
-            t.add_code(f.__code__)
-        made.append(t)
-        return t
-
-    yield make
-    for t in made:
-        t.disable()
-    assert sys.gettrace() is None
+    yield from disabled_after(manual_tracer)
 
 
 # --- basics -----------------------------------------------------------------
@@ -357,19 +351,14 @@ def test_thread_started_after_enable(make_tracer):
 
 def test_thread_started_before_enable(make_tracer):
     t = make_tracer(threaded)
-    go, done = threading.Event(), threading.Event()
 
-    def worker():
-        go.wait()
+    def in_thread():
         _tracer.install_thread_hook()   # what profile()'s wrapper does
         threaded(20)
-        done.set()
-    w = threading.Thread(target=worker)
-    w.start()
+    early = EarlyThread(in_thread)
     t.enable()
-    go.set()
-    done.wait()
-    w.join()
+    early.release()
+    early.join()
     t.disable()
     assert tracer_figures(t, threaded, "# thread grab")[0] == 20
 

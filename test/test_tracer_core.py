@@ -2,18 +2,14 @@
 thread identity.  Memory errors are witnessed in a fresh interpreter under
 PYTHONMALLOC=debug (freed memory is overwritten, so a use after free fails
 loudly there instead of passing by luck)."""
-import os
-import subprocess
 import sys
-import textwrap
 import threading
 
 import pytest
-from helpers import ContinueDebugger, threads_at_reused_addresses
+from helpers import ContinueDebugger, LevelSource, run_fresh, threads_at_reused_addresses
 
 from pytorch_memlab import _testsource, _tracer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MONITORING = _tracer.MECHANISM == "monitoring"
 
 
@@ -22,39 +18,11 @@ def simple():
     return x
 
 
-class Source:
-    """A Python memory source with one level field, counting readings."""
-    name = "py"
-    fields = ("n.current",)
-    kinds = ("level",)
-
-    def __init__(self, on_sample=None):
-        self.n = 0
-        self.on_sample = on_sample
-
-    def prepare(self, device):
-        pass
-
-    def sample(self, device):
-        self.n += 1
-        if self.on_sample is not None:
-            self.on_sample()
-        return (self.n,)
-
-    def reset_peaks(self, device):
-        pass
-
-
-def run_debug_malloc(code):
-    env = dict(os.environ, PYTHONMALLOC="debug", PYTHONPATH=ROOT)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
-                          capture_output=True, text=True, timeout=120)
-
-
 def test_source_dropping_next_tracer_is_safe():
     # a sample() that drops the last reference of the next enabled tracer
-    proc = run_debug_malloc('''
+    proc = run_fresh('''
         import gc
+        from helpers import LevelSource
         from pytorch_memlab import _testsource, _tracer
 
         def simple():
@@ -64,23 +32,16 @@ def test_source_dropping_next_tracer_is_safe():
         holder = {}
         armed = False
 
-        class Dropper:
-            name = "py"
-            fields = ("n.current",)
-            kinds = ("level",)
-            def prepare(self, device): pass
-            def reset_peaks(self, device): pass
-            def sample(self, device):
-                if armed:
-                    holder.clear()    # the other tracer dies here
-                return (0,)
+        def drop():
+            if armed:
+                holder.clear()    # the other tracer dies here
 
         other = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
         other.add_code(simple.__code__)
         other.enable()
         holder["t"] = other
         del other
-        mine = _tracer.Tracer(Dropper(), 0, ["n.current"], "n.current")
+        mine = _tracer.Tracer(LevelSource(drop), 0, ["n.current"], "n.current")
         mine.add_code(simple.__code__)
         mine.enable()                 # newest first: mine runs before other
         armed = True
@@ -94,7 +55,7 @@ def test_source_dropping_next_tracer_is_safe():
 
 
 def test_failed_reinit_keeps_no_reference():
-    source = Source()
+    source = LevelSource()
     t = _tracer.Tracer.__new__(_tracer.Tracer)
     before = sys.getrefcount(source)
     for _ in range(20):
@@ -148,7 +109,7 @@ def test_guard_is_per_thread():
             started.set()
             release.wait(10)
 
-    source = Source(on_sample=slow)
+    source = LevelSource(on_sample=slow)
     t = _tracer.Tracer(source, 0, ["n.current"], "n.current")
     t.add_code(simple.__code__)
     t.enable()

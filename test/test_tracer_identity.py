@@ -4,18 +4,14 @@ look-alike code objects, the module executed a second time.
 
 Memory errors are witnessed in a fresh interpreter under PYTHONMALLOC=debug
 (freed memory is overwritten there) and, in CI, under AddressSanitizer."""
-import os
-import subprocess
 import sys
-import textwrap
 import types
 
+import helpers
 import pytest
 
 from pytorch_memlab import _testsource, _tracer
 
-# where the pytorch_memlab under test lives (make asan runs its own build)
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(_tracer.__file__)))
 MONITORING = _tracer.MECHANISM == "monitoring"
 monitoring_only = pytest.mark.skipif(
     not MONITORING, reason="sys.monitoring mechanism only (Python 3.12+, "
@@ -44,6 +40,15 @@ def look_alikes():
     return a, b
 
 
+def tracer_each(*funcs):
+    """A tracer on the manual source for each function, registered for it."""
+    tracers = []
+    for func in funcs:
+        tracers.append(_tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"]))
+        tracers[-1].add_code(func.__code__)
+    return tracers
+
+
 def counts(lines, code):
     """{line offset from def: count} of one code's table."""
     return {line - code.co_firstlineno: rec[0] for line, rec in lines.items()}
@@ -57,12 +62,9 @@ def table(tracer, code):
 
 
 def run_fresh(code, malloc="debug"):
-    env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT)
-    # under AddressSanitizer (make asan) it is the system allocator it watches
-    if malloc and "asan" not in env.get("LD_PRELOAD", ""):
-        env["PYTHONMALLOC"] = malloc
-    return subprocess.run([sys.executable, "-W", "error", "-c", textwrap.dedent(code)],
-                          env=env, capture_output=True, text=True, timeout=120)
+    # -W error: a warning in the child (an unraisable error reported by a
+    # callback) is a failure
+    return helpers.run_fresh(code, malloc, warnings_error=True)
 
 
 # ---- a callback that tears the hook down --------------------------------------------
@@ -75,6 +77,7 @@ def test_teardown_from_inside_a_callback():
     # y with its own `action` read from freed memory: y got a garbage event
     # (a line record lost) or none (its `b = 2` line uncounted).
     proc = run_fresh('''
+        from helpers import LevelSource
         from pytorch_memlab import _testsource, _tracer
 
         def work():
@@ -87,27 +90,20 @@ def test_teardown_from_inside_a_callback():
         tracers = {}
         junk = []
 
-        class Source:
-            name = "py"
-            fields = ("n.current",)
-            kinds = ("level",)
-            def prepare(self, device): pass
-            def reset_peaks(self, device): pass
-            def sample(self, device):
-                global armed
-                if armed and self is tracers["x"][1]:
-                    armed = False
-                    x, y = tracers["x"][0], tracers["y"][0]
-                    x.disable(); y.disable()
-                    # small ints take the freed callbacks' memory (same size
-                    # class) and put a number where `action` was: a use
-                    # after free is then seen in every build, not by luck
-                    junk.extend(10 ** 6 + i for i in range(200))
-                    y.enable(); x.enable()
-                return (0,)
+        def x_tears_down():
+            global armed
+            if armed:
+                armed = False
+                x, y = tracers["x"][0], tracers["y"][0]
+                x.disable(); y.disable()
+                # small ints take the freed callbacks' memory (same size
+                # class) and put a number where `action` was: a use
+                # after free is then seen in every build, not by luck
+                junk.extend(10 ** 6 + i for i in range(200))
+                y.enable(); x.enable()
 
         for name in ("y", "x"):
-            source = Source()
+            source = LevelSource(x_tears_down if name == "x" else None)
             t = _tracer.Tracer(source, 0, ["n.current"])
             t.add_code(work.__code__)
             tracers[name] = (t, source)
@@ -159,10 +155,7 @@ def test_look_alike_codes_of_two_tracers_both_get_events():
     # monitoring: the set of instrumented codes found b "already there" (it
     # holds a), so b never got local events and its tracer saw nothing
     a, b = look_alikes()
-    ta = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
-    tb = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
-    ta.add_code(a.__code__)
-    tb.add_code(b.__code__)
+    ta, tb = tracer_each(a, b)
     ta.enable()
     tb.enable()
     try:
@@ -182,18 +175,9 @@ def test_disabling_a_look_alike_leaves_no_events_behind():
     # not clear them and the next owner of the tool id got a's LINE events.
     proc = run_fresh('''
         import sys
-        from pytorch_memlab import _testsource, _tracer
-        src = "def work(n):\\n    total = 0\\n    for i in range(n):\\n        total += i\\n"
-        funcs = []
-        for filename in ("a.py", "b.py"):
-            namespace = {}
-            exec(compile(src, filename, "exec"), namespace)
-            funcs.append(namespace["work"])
-        a, b = funcs
-        ta = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
-        tb = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
-        ta.add_code(a.__code__)
-        tb.add_code(b.__code__)
+        from test_tracer_identity import look_alikes, tracer_each
+        a, b = look_alikes()
+        ta, tb = tracer_each(a, b)
         ta.enable()
         tb.enable()
         a(1)

@@ -8,17 +8,12 @@ exact.  The suite runs under both tracer mechanisms."""
 import threading
 
 import pytest
-from helpers import line_of
+from helpers import tracer_line
 
 from pytorch_memlab import _testsource, _tracer
 
 COLUMNS = ["bytes.peak", "bytes.allocated", "bytes.freed", "bytes.current"]
 WAIT = 60   # seconds; only a broken run waits that long
-
-
-def figures(tracer, func, text):
-    """(count, growth, values) of the line of func containing text."""
-    return dict(tracer.stats())[func.__code__][line_of(func, text)]
 
 
 class ManualTwin:
@@ -113,9 +108,9 @@ def test_line_open_on_another_thread_keeps_its_figures():
     # counter baseline past A's allocations.
     t = manual_tracer()
     run_two_threads(t, manual_alloc, 0)
-    assert figures(t, line_a, "# A's line") == (1, 10, (300, 310, 300, 10))
-    assert figures(t, line_b, "# B's line") == (1, 0, (10, 0, 0, 10))
-    assert figures(t, line_a, "# A's next line") == (1, -10, (10, 0, 10, 0))
+    assert tracer_line(t, line_a, "# A's line") == (1, 10, (300, 310, 300, 10))
+    assert tracer_line(t, line_b, "# B's line") == (1, 0, (10, 0, 0, 10))
+    assert tracer_line(t, line_a, "# A's next line") == (1, -10, (10, 0, 10, 0))
 
 
 def test_line_open_on_another_thread_sees_that_threads_allocations():
@@ -123,8 +118,8 @@ def test_line_open_on_another_thread_sees_that_threads_allocations():
     # A's line's span (the device's figures over exactly that span).
     t = manual_tracer()
     run_two_threads(t, manual_alloc, 5)
-    assert figures(t, line_a, "# A's line") == (1, 10, (300, 315, 305, 10))
-    assert figures(t, line_b, "# B's line") == (1, 0, (15, 5, 5, 10))
+    assert tracer_line(t, line_a, "# A's line") == (1, 10, (300, 315, 305, 10))
+    assert tracer_line(t, line_b, "# B's line") == (1, 0, (15, 5, 5, 10))
 
 
 @pytest.mark.parametrize("source", [ManualTwin, FullTwin], ids=["python", "push-polled"])
@@ -134,8 +129,8 @@ def test_python_polled_source_and_threads(source):
     src = source()
     t = _tracer.Tracer(src, 0, COLUMNS, "bytes.current")
     run_two_threads(t, src.alloc, 5)
-    assert figures(t, line_a, "# A's line") == (1, 10, (300, 315, 305, 10))
-    assert figures(t, line_b, "# B's line") == (1, 0, (15, 5, 5, 10))
+    assert tracer_line(t, line_a, "# A's line") == (1, 10, (300, 315, 305, 10))
+    assert tracer_line(t, line_b, "# B's line") == (1, 0, (15, 5, 5, 10))
 
 
 def test_peer_tracer_on_the_same_device():
@@ -151,8 +146,8 @@ def test_peer_tracer_on_the_same_device():
     finally:
         first.disable()
     for t in (first, second):
-        assert figures(t, line_a, "# A's line") == (1, 10, (300, 315, 305, 10))
-    assert figures(second, line_b, "# B's line") == (1, 0, (15, 5, 5, 10))
+        assert tracer_line(t, line_a, "# A's line") == (1, 10, (300, 315, 305, 10))
+    assert tracer_line(second, line_b, "# B's line") == (1, 0, (15, 5, 5, 10))
 
 
 class OneRegister(ManualTwin):
@@ -196,5 +191,5 @@ def test_polls_leave_a_thread_with_a_register_alone():
     src = OneRegister()
     t = _tracer.Tracer(src, 0, COLUMNS, "bytes.current")
     run_two_threads(t, src.alloc, 5)
-    assert figures(t, line_a, "# A's line") == (1, 10, (300, 310, 300, 10))
-    assert figures(t, line_b, "# B's line") == (1, 0, (15, 5, 5, 10))
+    assert tracer_line(t, line_a, "# A's line") == (1, 10, (300, 310, 300, 10))
+    assert tracer_line(t, line_b, "# B's line") == (1, 0, (15, 5, 5, 10))

@@ -8,18 +8,15 @@ One tracer shared by two threads is not tested here: while one thread is
 inside a Python source's callback (which can switch threads), the tracer's
 re-entry guard drops the other thread's events; the shim's C sources never
 switch threads there."""
-import sys
 import threading
 import time
 
-import pytest
-from helpers import tracer_figures
+from helpers import MiB, spin, tracer_figures, worker_against_main
 
 from pytorch_memlab import _tracer
 
 FIELDS = ("bytes.allocated", "bytes.current", "bytes.freed", "bytes.peak")
 COLUMNS = ["bytes.peak", "bytes.allocated", "bytes.freed"]
-from helpers import MiB  # noqa: E402
 
 
 class PushSource:
@@ -96,21 +93,6 @@ def worker_line(ready, proceed):
     return 0  # done
 
 
-def spin(until):
-    n = 0  # start
-    while not until.is_set():
-        n += 1  # spin
-    return n  # done
-
-
-@pytest.fixture
-def fast_switching():
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(old)
-
-
 def make(*funcs):
     tracer = _tracer.Tracer(SRC, 0, COLUMNS, "bytes.current")
     for f in funcs:
@@ -120,22 +102,14 @@ def make(*funcs):
 
 def run(worker_tracer, main_tracer):
     """A worker thread runs worker_line while the main thread spins."""
-    ready, proceed, done = threading.Event(), threading.Event(), threading.Event()
-
-    def worker():
+    def work(ready, proceed):
         worker_tracer.enable()   # per-thread on settrace; idempotent otherwise
-        worker_line(ready, proceed)
-        done.set()
+        return worker_line(ready, proceed)
 
     main_tracer.enable()
     worker_tracer.enable()
     try:
-        t = threading.Thread(target=worker)
-        t.start()
-        ready.wait(30)
-        proceed.set()
-        spin(done)
-        t.join()
+        worker_against_main(work, spin)
     finally:
         main_tracer.disable()
         worker_tracer.disable()
@@ -156,13 +130,13 @@ def check(worker_tracer, main_tracer):
         assert (values["bytes.allocated"], values["bytes.freed"]) == (0, 0), lineno
 
 
-def test_two_tracers_two_threads_exact(fast_switching):
+def test_two_tracers_two_threads_exact():
     worker_tracer, main_tracer = make(worker_line), make(spin)
     run(worker_tracer, main_tracer)
     check(worker_tracer, main_tracer)
 
 
-def test_readers_never_reset_and_are_given_back(fast_switching):
+def test_readers_never_reset_and_are_given_back():
     before = SRC.resets
     SRC.alloc(5 * MiB)
     SRC.free(5 * MiB)

@@ -7,7 +7,6 @@ to a tracer, or run profiled code.  Memory errors are witnessed in a fresh
 interpreter under PYTHONMALLOC=debug; hangs in a fresh interpreter with a
 timeout."""
 import bdb
-import os
 import subprocess
 import sys
 import textwrap
@@ -15,13 +14,10 @@ import threading
 
 import pytest
 
-from helpers import line_of
+from helpers import line_of, run_fresh
 
 from pytorch_memlab import _testsource, _tracer
 
-# The children import the extension this process uses (the ASan build under
-# `make asan`, not the checkout's).
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(_tracer.__file__)))
 SETTRACE = _tracer.MECHANISM == "settrace"
 settrace_only = pytest.mark.skipif(
     not SETTRACE, reason="the PyEval_SetTrace hook only (PYTORCH_MEMLAB_TRACER=settrace)")
@@ -53,6 +49,12 @@ class Src:
         if hook is not None:
             hook()
         return (0,)
+
+def tracer_on(src):
+    """A tracer of src's level field, registered for simple()."""
+    t = _tracer.Tracer(src, 0, ["n.current"], "n.current")
+    t.add_code(simple.__code__)
+    return t
 '''
 
 
@@ -60,10 +62,9 @@ def run_child(code, timeout=30):
     """Run PRELUDE + code in a fresh interpreter under PYTHONMALLOC=debug (a
     use after free fails loudly there).  A hang is a failure, not a stuck
     test run."""
-    env = dict(os.environ, PYTHONMALLOC="debug", PYTHONPATH=PACKAGE_ROOT)
     try:
-        proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
-                              env=env, capture_output=True, text=True, timeout=timeout)
+        # PRELUDE is not indented: dedent code on its own
+        proc = run_fresh(PRELUDE + textwrap.dedent(code), timeout=timeout)
     except subprocess.TimeoutExpired:
         pytest.fail(f"the child hung for {timeout} s (an event loops forever?)")
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
@@ -85,8 +86,7 @@ def test_dispatch_that_disables_last_tracer_keeps_foreign_function(how):
             calls.append(event)
             return foreign
         src = Src()
-        holder = {"t": _tracer.Tracer(src, 0, ["n.current"], "n.current")}
-        holder["t"].add_code(simple.__code__)
+        holder = {"t": tracer_on(src)}
         sys.settrace(foreign)
         holder["t"].enable()
         if %r == "disable":
@@ -113,8 +113,7 @@ def test_event_while_dying_tracer_disables():
     # tracer was freed twice.
     out = run_child('''
         src = Src()
-        holder = {"t": _tracer.Tracer(src, 0, ["n.current"], "n.current")}
-        holder["t"].add_code(simple.__code__)
+        holder = {"t": tracer_on(src)}
 
         def victim():
             # the tracer dies here, victim's frame open; the dealloc's last
@@ -142,8 +141,7 @@ def test_prepare_that_enables_same_tracer(then):
     # finishes enabling.
     out = run_child('''
         src = Src()
-        t = _tracer.Tracer(src, 0, ["n.current"], "n.current")
-        t.add_code(simple.__code__)
+        t = tracer_on(src)
         inner = []
         src.on_prepare = lambda: inner.append((t.enable(), t.enabled))
         t.enable()
@@ -164,8 +162,7 @@ def test_enable_from_two_threads_at_once():
     # used to link the tracer, and every later event spun forever.
     out = run_child('''
         src = Src()
-        t = _tracer.Tracer(src, 0, ["n.current"], "n.current")
-        t.add_code(simple.__code__)
+        t = tracer_on(src)
         in_prepare, b_done = threading.Event(), threading.Event()
         def slow_prepare():
             in_prepare.set()
@@ -191,8 +188,7 @@ def test_enable_from_two_threads_at_once():
 def test_disable_while_enabling_is_refused():
     out = run_child('''
         src = Src()
-        t = _tracer.Tracer(src, 0, ["n.current"], "n.current")
-        t.add_code(simple.__code__)
+        t = tracer_on(src)
         seen = []
         def prepare_disables():
             try:
@@ -214,8 +210,7 @@ def test_enable_or_disable_while_disabling():
     # (it used to recurse), enable() is refused.
     out = run_child('''
         src = Src()
-        t = _tracer.Tracer(src, 0, ["n.current"], "n.current")
-        t.add_code(simple.__code__)
+        t = tracer_on(src)
         seen = []
         def victim():
             src.on_sample = sample_reenters; t.disable()   # its last reading

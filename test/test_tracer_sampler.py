@@ -5,36 +5,16 @@ source with no free register, a level column's figure (the level at the
 line's end), and extreme readings.  No torch: every source is a few Python
 integers (or the C manual source), so every figure is exact.  The suite runs
 under both tracer mechanisms."""
-import os
-import subprocess
 import sys
-import textwrap
 import threading
 
 import pytest
-from helpers import line_of
+from helpers import run_fresh, tracer_line
 
 from pytorch_memlab import _testsource, _tracer
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-# the package this run imports (the ASan build's tree under `make asan`)
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(_tracer.__file__)))
 INT64_MAX = 2 ** 63 - 1
 INT64_MIN = -2 ** 63
-
-
-def run_fresh(code):
-    """code in a fresh interpreter under PYTHONMALLOC=debug: a crash, or a
-    sanitizer's report, fails the test instead of the test run."""
-    env = dict(os.environ, PYTHONMALLOC="debug",
-               PYTHONPATH=os.pathsep.join([PACKAGE_ROOT, HERE]))
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
-                          capture_output=True, text=True, timeout=120)
-
-
-def figures(tracer, func, text):
-    """(count, growth, values) of the line of func containing text."""
-    return dict(tracer.stats())[func.__code__][line_of(func, text)]
 
 
 # ---- item 4: a source's fields are read once, at Tracer() ----------------------
@@ -215,7 +195,7 @@ def test_event_outliving_disable_drops_its_work(reenabled):
     finally:
         t.disable()
     assert not errors
-    assert figures(t, stale_line, "# the line") == (3, 0, (300,))
+    assert tracer_line(t, stale_line, "# the line") == (3, 0, (300,))
 
 
 # ---- item 9: a reader slot while its register is being opened -------------------
@@ -393,8 +373,8 @@ def test_push_source_without_a_free_register_is_polled():
         t.disable()
     assert t.sample_errors == 0
     assert src.reads == 0
-    assert figures(t, polled, "# grab") == (2, 2000, (2000, 1000, 1000))
-    assert figures(t, polled, "# drop") == (2, -2000, (0, 0, 1000))
+    assert tracer_line(t, polled, "# grab") == (2, 2000, (2000, 1000, 1000))
+    assert tracer_line(t, polled, "# drop") == (2, -2000, (0, 0, 1000))
 
 
 # ---- item 11: a level column is the level at the line's end ---------------------
@@ -458,10 +438,10 @@ def test_caller_line_level_is_the_level_at_its_end_manual_source():
         caller()
     finally:
         t.disable()
-    assert figures(t, caller, "# call") == (1, 0, (0, 1000))
-    assert figures(t, caller, "# after") == (1, 300, (300, 300))
-    assert figures(t, callee, "# callee alloc") == (1, 1000, (1000, 1000))
-    assert figures(t, callee, "# callee free") == (1, -1000, (0, 1000))
+    assert tracer_line(t, caller, "# call") == (1, 0, (0, 1000))
+    assert tracer_line(t, caller, "# after") == (1, 300, (300, 300))
+    assert tracer_line(t, callee, "# callee alloc") == (1, 1000, (1000, 1000))
+    assert tracer_line(t, callee, "# callee free") == (1, -1000, (0, 1000))
 
 
 def test_caller_line_level_is_the_level_at_its_end_python_source():
@@ -476,9 +456,9 @@ def test_caller_line_level_is_the_level_at_its_end_python_source():
         py_caller(src)
     finally:
         t.disable()
-    assert figures(t, py_caller, "# call") == (2, 0, (50,))
-    assert figures(t, py_caller, "# after") == (2, 600, (350,))
-    assert figures(t, py_callee, "# callee alloc") == (2, 2000, (1050,))
+    assert tracer_line(t, py_caller, "# call") == (2, 0, (50,))
+    assert tracer_line(t, py_caller, "# after") == (2, 600, (350,))
+    assert tracer_line(t, py_callee, "# callee alloc") == (2, 2000, (1050,))
 
 
 # ---- item 15: extreme readings and reader ids --------------------------------
@@ -532,9 +512,9 @@ def test_extreme_readings_saturate():
     assert t.sample_errors == 0
     # each run: MAX -> MIN on "low", MIN -> MAX on "high"
     # (a line's peak never reads below 0: its pending figure starts there)
-    assert figures(t, extreme, "# low") == (4, INT64_MIN, (INT64_MIN, INT64_MIN, 0))
-    assert figures(t, extreme, "# high") == (4, INT64_MAX, (INT64_MAX, INT64_MAX, INT64_MAX))
-    count, growth, (total, level, peak) = figures(t, extreme_outer, "# both")
+    assert tracer_line(t, extreme, "# low") == (4, INT64_MIN, (INT64_MIN, INT64_MIN, 0))
+    assert tracer_line(t, extreme, "# high") == (4, INT64_MAX, (INT64_MAX, INT64_MAX, INT64_MAX))
+    count, growth, (total, level, peak) = tracer_line(t, extreme_outer, "# both")
     assert (count, growth, level, peak) == (1, 0, INT64_MAX, INT64_MAX)
     assert INT64_MIN <= total <= INT64_MAX
 
@@ -575,4 +555,4 @@ def test_reader_id_is_not_truncated():
         sys.unraisablehook = old_hook
     assert src.seen == []
     assert unraisable and unraisable[0].exc_type is OverflowError
-    assert figures(t, polled, "# grab") == (1, 0, (1000,))
+    assert tracer_line(t, polled, "# grab") == (1, 0, (1000,))

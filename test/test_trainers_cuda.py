@@ -99,6 +99,6 @@ def test_transformers_callback_on_cuda(tmp_path):
     _check(callback.steps.peaks, logged, printed)
     assert "## GPT2LMHeadModel.forward" in printed
     (logits,) = [line for line in printed.splitlines()
-                 if line.rstrip().endswith("logits = self.lm_head(hidden_states)")]
+                 if "logits = self.lm_head(hidden_states" in line]   # [:, slice] in newer
     # on CUDA too, the logits of 3 forwards stay alive: 3 x 2 x 16 x 128 floats
     assert "48.00K" in logits.split()

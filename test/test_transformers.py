@@ -86,7 +86,7 @@ def test_forward_and_training_step_tables_are_printed(trained):
     assert "## GPT2LMHeadModel.forward" in printed
     assert "## Trainer.training_step" in printed
     (logits,) = [line for line in printed.splitlines()
-                 if line.rstrip().endswith("logits = self.lm_head(hidden_states)")]
+                 if "logits = self.lm_head(hidden_states" in line]   # [:, slice] in newer
     lineno = line_of(transformers.GPT2LMHeadModel.forward, "logits = self.lm_head(")
     assert logits.split()[2:5] == ["48.00K", "3", str(lineno)]     # net growth, count, line
 

@@ -17,6 +17,9 @@ any line runs; registering it with the tracer is enough, because
   the module body runs.  Existence is checked up front by compiling the file.
 - A module already imported (torch's, say): its functions exist, so their
   code objects are collected from the module's namespace.
+
+What is run instead of the code found here, so that each function is
+wrapped as it is created, is ``wrap_defs``'s business (``Registrar.adopt``).
 """
 from __future__ import annotations
 
@@ -141,12 +144,25 @@ def loaded_module_for(path: str) -> Optional[types.ModuleType]:
 
 # ---- source files ----------------------------------------------------------------
 
+def read_source(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def compile_file(path: str) -> types.CodeType:
     """Compile a source file as the interpreter would run it (no __future__
     flags inherited from this module)."""
-    with open(path, "rb") as f:
-        source = f.read()
-    return compile(source, path, "exec", dont_inherit=True)
+    return compile(read_source(path), path, "exec", dont_inherit=True)
+
+
+def loader_source(loader: Any, name: str) -> Optional[str]:
+    """The source text of module ``name`` as its loader has it, if it has any."""
+    get_source = getattr(loader, "get_source", None)
+    try:
+        source = get_source(name) if get_source is not None else None
+    except (ImportError, OSError):
+        return None
+    return source if isinstance(source, str) else None
 
 
 def module_source_code(name: str) -> tuple[types.CodeType, Any]:
@@ -165,18 +181,22 @@ def module_source_code(name: str) -> tuple[types.CodeType, Any]:
 
 # ---- the import hook -------------------------------------------------------------
 
-Register = Callable[[str, types.CodeType], None]
+# (the module's code, its source if known, the functions found in it by
+# qualname) -> the code to run instead
+Adopt = Callable[[types.CodeType, Optional[str], list[tuple[str, types.CodeType]]],
+                 types.CodeType]
 
 
 class ImportHook(importlib.abc.MetaPathFinder):
-    """Registers functions of modules as they are imported, before their body
-    runs.  ``wanted``: module name or real file path -> qualnames."""
+    """Hands the functions of modules to ``adopt`` as they are imported,
+    before their body runs.  ``by_name`` / ``by_path``: module name or real
+    file path -> qualnames."""
 
     def __init__(self, by_name: dict[str, list[str]], by_path: dict[str, list[str]],
-                 register: Register, warn: Callable[[str], None]) -> None:
+                 adopt: Adopt, warn: Callable[[str], None]) -> None:
         self.by_name = by_name
         self.by_path = by_path
-        self.register = register
+        self.adopt = adopt
         self.warn = warn
         self.done: set[str] = set()     # names / paths whose code was searched
 
@@ -217,13 +237,16 @@ class ImportHook(importlib.abc.MetaPathFinder):
             if name == fullname and code is not None and not self.done.issuperset(keys):
                 self.done.update(keys)
                 tree = list(iter_codes(code))
+                found_all: list[tuple[str, types.CodeType]] = []
                 for qualname in qualnames:
                     found = match(tree, qualname)
                     if not found:
                         self.warn(not_found(qualname, f"module {name} ({code.co_filename})",
                                             tree))
-                    for found_name, found_code in found:
-                        self.register(found_name, found_code)
+                    seen = {id(c) for _, c in found_all}
+                    found_all += [(q, c) for q, c in found if id(c) not in seen]
+                if found_all:
+                    code = self.adopt(code, loader_source(loader, name), found_all)
             return code
 
         loader.get_code = get_code

@@ -8,7 +8,7 @@ import os
 import traceback
 import types
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 from . import find_functions as find
 from .command import CommandError
@@ -25,12 +25,14 @@ class Program:
     path0: Optional[str]        # sys.path[0] while it runs (None: leave it)
     filename: str
     module: Optional[str]       # the -m name
+    source: Optional[Union[str, bytes]] = None   # what ``code`` was compiled from
 
     @classmethod
     def script(cls, path: str, args: Sequence[str]) -> "Program":
         filename = os.path.abspath(path)
         try:
-            code = find.compile_file(filename)
+            source = find.read_source(filename)
+            code = compile(source, filename, "exec", dont_inherit=True)
         except OSError as exc:
             raise CommandError(f"can't open file {path!r}: {exc.strerror or exc}") from None
         except (SyntaxError, ValueError) as exc:
@@ -39,7 +41,8 @@ class Program:
         env = {"__name__": "__main__", "__file__": filename, "__builtins__": builtins,
                "__package__": None, "__spec__": None, "__cached__": None, "__doc__": None,
                "__loader__": importlib.machinery.SourceFileLoader("__main__", filename)}
-        return cls(code, [path] + list(args), env, os.path.dirname(filename), filename, None)
+        return cls(code, [path] + list(args), env, os.path.dirname(filename), filename, None,
+                   source)
 
     @classmethod
     def module_main(cls, name: str, args: Sequence[str]) -> "Program":
@@ -54,4 +57,4 @@ class Program:
                "__package__": spec.parent, "__spec__": spec, "__loader__": spec.loader,
                "__cached__": spec.cached, "__doc__": None}
         return cls(code, [spec.origin or name] + list(args), env, None,
-                   spec.origin or name, name)
+                   spec.origin or name, name, find.loader_source(spec.loader, name))

@@ -1,13 +1,20 @@
 """``-f FUNC``: which functions ``run`` profiles, and registering their code
-objects before the program starts (``find_functions`` finds them)."""
+objects before the program starts (``find_functions`` finds them).
+
+Each function is wrapped as it is created (``wrap_defs``), so that the
+tracer is on only during its calls, as with ``@profile``.  One that cannot
+be (a module imported before the program starts, a module without source,
+an async generator) is registered alone, and the tracer is then on from
+that moment to the end of the run, as the hook of every thread."""
 from __future__ import annotations
 
 import os
 import sys
 import types
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 from . import find_functions as find
+from . import wrap_defs
 from .command import CommandError
 from .program import Program
 
@@ -42,21 +49,70 @@ class Registrar:
         self.profiler = profiler
         self.program = program
         self.main_tree = list(find.iter_codes(program.code))
+        # (in the main program?, qualname, code) in -f order, registered at install
+        self.early: list[tuple[bool, str, types.CodeType]] = []
         self.by_name: dict[str, list[str]] = {}
         self.by_path: dict[str, list[str]] = {}
         self.pending: list[FuncSpec] = []       # registered at import time
         self.hook: Optional[find.ImportHook] = None
+        self.throughout = False     # some function is not wrapped: the tracer stays on
+        self.installed = False
 
     def register(self, qualname: str, code: types.CodeType) -> None:
         self.profiler.add_code(code, qualname=qualname)
 
-    def _register_found(self, spec: FuncSpec, tree: Sequence[tuple[str, types.CodeType]],
-                        where: str) -> None:
+    def _always_on(self) -> None:
+        if not self.throughout:
+            self.throughout = True
+            if self.installed:
+                self.profiler.enable()
+
+    def _wrapped(self, code: types.CodeType, source: Optional[Union[str, bytes]],
+                 found: Sequence[tuple[str, types.CodeType]]
+                 ) -> tuple[types.CodeType, dict[wrap_defs.Key, tuple[str, types.CodeType]]]:
+        """The code to run for a module (or the program) of which ``found``
+        are profiled, and by key what to register instead of each of them:
+        compiled again from ``source`` with each wrapped as it is created;
+        else ``code`` and ``found`` as they are, and the tracer on from now
+        to the end of the run."""
+        keys = {wrap_defs.key(c) for _, c in found}
+        wrapped = None
+        if source is not None and all(wrap_defs.can_wrap(c) for _, c in found):
+            wrapped = wrap_defs.compile_wrapped(source, code.co_filename, keys)
+        if wrapped is None:
+            self._always_on()
+            return code, {wrap_defs.key(c): (q, c) for q, c in found}
+        new = {}
+        for qualname, new_code in find.iter_codes(wrapped):
+            if find.is_function_code(new_code) and wrap_defs.key(new_code) in keys:
+                wrap_defs.add(new_code)
+                new[wrap_defs.key(new_code)] = (qualname, new_code)
+        return wrapped, new
+
+    def adopt(self, code: types.CodeType, source: Optional[Union[str, bytes]],
+              found: Sequence[tuple[str, types.CodeType]]) -> types.CodeType:
+        """``_wrapped``, its functions registered (the import hook's ``adopt``)."""
+        code, new = self._wrapped(code, source, found)
+        for _, old in found:
+            self.register(*new[wrap_defs.key(old)])
+        return code
+
+    def _find(self, spec: FuncSpec, tree: Sequence[tuple[str, types.CodeType]],
+              where: str) -> list[tuple[str, types.CodeType]]:
         found = find.match(tree, spec.qualname)
         if not found:
             raise CommandError(f"-f {spec.raw}: " + find.not_found(spec.qualname, where, tree))
-        for qualname, code in found:
-            self.register(qualname, code)
+        return found
+
+    def _add_main(self, found: Sequence[tuple[str, types.CodeType]]) -> None:
+        seen = {id(c) for _, _, c in self.early}
+        self.early += [(True, q, c) for q, c in found if id(c) not in seen]
+
+    def _add_loaded(self, spec: FuncSpec, module: types.ModuleType, where: str) -> None:
+        """Its functions exist already: registered as they are, tracer on throughout."""
+        self.early += [(False, q, c) for q, c in self._find(spec, find.loaded_codes(module),
+                                                            where)]
+        self._always_on()
 
     def _is_main(self, spec: FuncSpec) -> bool:
         if spec.kind == "main":
@@ -67,22 +123,20 @@ class Registrar:
 
     def add(self, spec: FuncSpec) -> None:
         if self._is_main(spec):
-            self._register_found(spec, self.main_tree, self.program.filename)
+            self._add_main(self._find(spec, self.main_tree, self.program.filename))
         elif spec.kind == "path":
             self._add_path(spec)
         else:
             self._add_module(spec)
 
     def add_all_main(self) -> None:
-        for qualname, code in self.main_tree:
-            if find.is_function_code(code):
-                self.register(qualname, code)
+        self._add_main([(q, c) for q, c in self.main_tree if find.is_function_code(c)])
 
     def _add_path(self, spec: FuncSpec) -> None:
         assert spec.where is not None
         loaded = find.loaded_module_for(spec.where)
         if loaded is not None:
-            self._register_found(spec, find.loaded_codes(loaded), spec.where)
+            self._add_loaded(spec, loaded, spec.where)
             return
         try:
             tree = list(find.iter_codes(find.compile_file(spec.where)))
@@ -114,17 +168,31 @@ class Registrar:
                 self.pending.append(spec)
                 return
         module = sys.modules[name]
-        self._register_found(spec, find.loaded_codes(module),
-                             f"module {name} ({getattr(module, '__file__', 'built-in')})")
+        self._add_loaded(spec, module,
+                         f"module {name} ({getattr(module, '__file__', 'built-in')})")
 
     def install(self) -> None:
+        """Just before the program starts: its code, imports and the tracer
+        made ready (the tracer switched on now only when it stays on)."""
+        main = [(q, c) for in_main, q, c in self.early if in_main]
+        new: dict[wrap_defs.Key, tuple[str, types.CodeType]] = {}
+        if main:
+            self.program.code, new = self._wrapped(self.program.code, self.program.source,
+                                                   main)
+        for in_main, qualname, code in self.early:
+            self.register(*(new[wrap_defs.key(code)] if in_main else (qualname, code)))
+        wrap_defs.activate(self.profiler)
         if self.by_name or self.by_path:
-            self.hook = find.ImportHook(self.by_name, self.by_path, self.register,
-                                             lambda text: print(f"pytorch_memlab run: {text}",
-                                                                file=sys.stderr))
+            self.hook = find.ImportHook(self.by_name, self.by_path, self.adopt,
+                                        lambda text: print(f"pytorch_memlab run: {text}",
+                                                           file=sys.stderr))
             self.hook.install()
+        self.installed = True
+        if self.throughout:
+            self.profiler.enable()
 
     def uninstall(self) -> None:
+        wrap_defs.deactivate()
         if self.hook is not None:
             self.hook.uninstall()
 

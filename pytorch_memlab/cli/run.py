@@ -38,11 +38,21 @@ def _exit_status(code: Any) -> int:
 
 
 def _print_traceback(exc: BaseException) -> None:
-    """The traceback from the program's own frames on, as Python prints it."""
+    """The traceback from the program's own frames on, as Python prints it:
+    without the wrappers ``run`` put around the profiled functions."""
+    from ..line_profiler.wrapping import is_wrapper_code
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb)
+    kept = []
+    while tb is not None:
+        if not is_wrapper_code(tb.tb_frame.f_code):
+            kept.append(tb)
+        tb = tb.tb_next
+    shown: Optional[types.TracebackType] = None
+    for old in reversed(kept):
+        shown = types.TracebackType(shown, old.tb_frame, old.tb_lasti, old.tb_lineno)
+    traceback.print_exception(type(exc), exc, shown)
 
 
 def _join_threads() -> None:
@@ -70,8 +80,7 @@ def execute(program: Program, profiler: Any) -> tuple[int, Optional[BaseExceptio
     sys.modules["__main__"] = main
     status: int = 0
     error: Optional[BaseException] = None
-    profiler.enable()
-    try:
+    try:   # the tracer is on during profiled calls (see Registrar.install)
         try:
             exec(program.code, main.__dict__)
         finally:
@@ -83,7 +92,9 @@ def execute(program: Program, profiler: Any) -> tuple[int, Optional[BaseExceptio
     except BaseException as exc:   # noqa: B902 -- the program's own error, reported below
         status, error = 1, exc
     finally:
-        profiler.disable()
+        # off even if a profiled call still runs (a daemon thread, a coroutine
+        # never finished): what runs after the program runs unprofiled
+        profiler._shutdown()
         _finished_mains.append(main)
         sys.argv = saved[0]
         if saved[1] is not None and program.path0 is not None:

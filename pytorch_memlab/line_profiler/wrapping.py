@@ -75,6 +75,13 @@ def _face_code(code: types.CodeType, kind: str) -> types.CodeType:
     return face
 
 
+def is_wrapper_code(code: types.CodeType) -> bool:
+    """A frame of ours between a profiled function and its caller (a face or
+    a wrapper), which a traceback shown for the user can leave out."""
+    return code.co_filename == __file__ or any(
+        face is code for _, face in list(_face_codes.values()))
+
+
 def _face(call: Callable[..., Any], func: Callable[..., Any], code: types.CodeType,
           kind: str) -> Callable[..., Any]:
     face = types.FunctionType(_face_code(code, kind),
@@ -89,38 +96,43 @@ def wrap(func: Callable[..., Any], profiler: LineProfiler,
     ``profiler`` on around each call; for a generator, around each step (see
     ``_wrap_generator``), ``after_step`` running after each outermost one that
     yields."""
-    def finish(exc: Optional[BaseException]) -> None:
-        _leave(profiler, exc, after_call)
-
     code = resolve_function(func).__code__
     if inspect.isgeneratorfunction(func):
         return _face(_wrap_generator(func, profiler, after_call, after_step, code), func,
                      code, "generator")
+    profiled = _ProfiledCall(profiler, code, after_call)
 
     if inspect.iscoroutinefunction(func):
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            _enter(profiler, code)
-            exc: Optional[BaseException] = None
-            try:
+            with profiled:
                 return await func(*args, **kwargs)
-            except BaseException as e:
-                exc = e
-                raise
-            finally:
-                finish(exc)
         return _face(async_wrapper, func, code, "async")
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        _enter(profiler, code)
-        exc: Optional[BaseException] = None
-        try:
+        with profiled:
             return func(*args, **kwargs)
-        except BaseException as e:
-            exc = e
-            raise
-        finally:
-            finish(exc)
     return _face(wrapper, func, code, "plain")
+
+
+class _ProfiledCall:
+    """``with`` it around a call: the profiler is on (``_enter``) while the
+    call runs and off (``_leave``, with the exception that escaped) after.  A
+    class rather than a generator-based context manager, so that no frame of
+    ours joins the traceback of an exception the call raises; it keeps no
+    per-call state, so one serves every call of a function, recursive ones
+    included."""
+    __slots__ = ("profiler", "code", "after_call")
+
+    def __init__(self, profiler: LineProfiler, code: types.CodeType,
+                 after_call: Optional[AfterCall]) -> None:
+        self.profiler, self.code, self.after_call = profiler, code, after_call
+
+    def __enter__(self) -> None:
+        _enter(self.profiler, self.code)
+
+    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[types.TracebackType]) -> None:
+        _leave(self.profiler, exc, self.after_call)
 
 
 def _wrap_generator(func: Callable[..., Any], profiler: LineProfiler,

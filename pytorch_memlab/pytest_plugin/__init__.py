@@ -8,6 +8,8 @@ per test and torch is not imported.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from ._markers import MARKERS, has_marker
@@ -15,31 +17,42 @@ from ._markers import MARKERS, has_marker
 _RUNTIME = "memlab-runtime"
 
 
+# (flag, addoption's settings): the command line options, in --help's order
+OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("--memlab", dict(action="store_true", default=False,
+                      help="profile every test's function and list the tests with the highest "
+                           "peak of live tensor memory at the end")),
+    ("--memlab-top", dict(type=int, default=10, metavar="N",
+                          help="how many tests the --memlab summary lists (0: all; default 10)")),
+    ("--memlab-html", dict(metavar="DIR", default=None,
+                           help="write an HTML line report for each failed test and each test "
+                                "of the summary into DIR (implies --memlab)")),
+    ("--memlab-device", dict(metavar="DEVICE", default=None,
+                             help="device --memlab reads: cpu, cuda or cuda:N (default: the "
+                                  "current CUDA device, else cpu)")),
+    ("--memlab-missing-cuda", dict(choices=("skip", "fail"), default=None,
+                                   help="a test whose memlab marker names a CUDA device that is "
+                                        "not there is skipped (default) or fails; overrides the "
+                                        "ini option")),
+    ("--memlab-save", dict(metavar="FILE", default=None,
+                           help="write every profiled test's peak and table to FILE (JSON; "
+                                "implies --memlab)")),
+    ("--memlab-compare", dict(metavar="FILE", default=None,
+                              help="compare each test's peak with FILE (from --memlab-save; "
+                                   "implies --memlab); see --memlab-fail-on-increase")),
+    ("--memlab-fail-on-increase", dict(metavar="SIZE|PCT", default=None,
+                                       help="with --memlab-compare: fail a test whose peak grew "
+                                            "by more than this (e.g. 16MiB or 5%%)")),
+)
+# the options that turn the per-test profiling on (--memlab itself and those
+# that imply it)
+ACTIVATING = ("memlab", "memlab_html", "memlab_save", "memlab_compare")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("memlab", "pytorch_memlab: tensor memory per test")
-    group.addoption("--memlab", action="store_true", default=False,
-                    help="profile every test's function and list the tests with the "
-                         "highest peak of live tensor memory at the end")
-    group.addoption("--memlab-top", type=int, default=10, metavar="N",
-                    help="how many tests the --memlab summary lists (0: all; default 10)")
-    group.addoption("--memlab-html", metavar="DIR", default=None,
-                    help="write an HTML line report for each failed test and each test "
-                         "of the summary into DIR (implies --memlab)")
-    group.addoption("--memlab-device", metavar="DEVICE", default=None,
-                    help="device --memlab reads: cpu, cuda or cuda:N "
-                         "(default: the current CUDA device, else cpu)")
-    group.addoption("--memlab-missing-cuda", choices=("skip", "fail"), default=None,
-                    help="a test whose memlab marker names a CUDA device that is not "
-                         "there is skipped (default) or fails; overrides the ini option")
-    group.addoption("--memlab-save", metavar="FILE", default=None,
-                    help="write every profiled test's peak and table to FILE (JSON; "
-                         "implies --memlab)")
-    group.addoption("--memlab-compare", metavar="FILE", default=None,
-                    help="compare each test's peak with FILE (from --memlab-save; implies "
-                         "--memlab); see --memlab-fail-on-increase")
-    group.addoption("--memlab-fail-on-increase", metavar="SIZE|PCT", default=None,
-                    help="with --memlab-compare: fail a test whose peak grew by more than "
-                         "this (e.g. 16MiB or 5%%)")
+    for flag, settings in OPTIONS:
+        group.addoption(flag, **settings)
     parser.addini("memlab_missing_cuda", default="skip",
                   help="skip (default) or fail: a test whose memlab marker names a "
                        "CUDA device that is not there")
@@ -54,8 +67,7 @@ def _activate(config: pytest.Config) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for doc in MARKERS.values():
         config.addinivalue_line("markers", doc)
-    if config.getoption("memlab") or config.getoption("memlab_html") \
-            or config.getoption("memlab_save") or config.getoption("memlab_compare"):
+    if any(config.getoption(name) for name in ACTIVATING):
         _activate(config)
 
 

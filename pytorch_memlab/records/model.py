@@ -66,8 +66,8 @@ class LineRecord(_ReadsAsDict):
     # "net_growth", "count"}), once a call ended; None: not recorded.
     first_call: Optional[dict[str, Optional[int]]] = None
     later_calls: Optional[dict[str, Optional[int]]] = None
-    # After 3 or more calls, a line that ran: the least net growth of one call
-    # after the first when every one of them grew, else 0.  None: not known.
+    # After 3 or more calls, a line that ran: the least growth of the line one
+    # call after the first kept, when each kept some, else 0.  None: not known.
     growth_per_call: Optional[int] = None
     # HELD: bytes it made still alive at the function's peak; None: not known.
     # has_held: the record carries the key (a profile of schema version >= 4),

@@ -58,6 +58,9 @@ div.curve{position:relative;margin:4px 0 8px}
 div.curve .cap{color:#666;font-size:12px;margin:0}
 div.curvetip{position:absolute;pointer-events:none;background:#fff;border:1px solid #999;
  padding:4px 6px;font:12px monospace;white-space:pre;box-shadow:0 1px 4px #0003;z-index:2}
+table.prof td.up{color:#b00} table.prof td.down{color:#070}
+table.prof tr.largest td{background:#ffe2b8} table.prof tr.gone td{color:#999}
+table.prof b.largest{color:#b00} p.summary{font-family:monospace;font-size:13px;margin:6px 0}
 details.columns{font-size:12px;margin:6px 0 0} details.columns dt{font-family:monospace;
  font-weight:bold;margin-top:4px} details.columns dd{margin:0 0 0 16px}
 """
@@ -326,7 +329,9 @@ def _body(profile: Profile, hide_unrun: bool = False) -> list[str]:
             + render_sections(profile, _HtmlStyle(), hide_unrun=hide_unrun))
 
 
-def _page(title_text: str, body: Sequence[str], script: str = "") -> str:
+def page(title_text: str, body: Sequence[str], script: str = "") -> str:
+    """A whole self-contained page: the report's style, sorting and curve
+    scripts around ``body`` (also the diff's page, ``diff_html``)."""
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title_text)}</title><style>{_CSS}</style></head>\n"
             f"<body>\n<h1>{html.escape(title_text)}</h1>{''.join(body)}\n"
@@ -343,7 +348,7 @@ class HtmlReport:
         self.hide_unrun = hide_unrun
 
     def render(self, profile: Profile) -> str:
-        return _page(self.title_text, _body(profile, self.hide_unrun))
+        return page(self.title_text, _body(profile, self.hide_unrun))
 
 
 def render_report(profile: ProfileArg, title_text: str = "pytorch_memlab line profile",
@@ -391,9 +396,9 @@ class RanksHtmlReport:
                 f'<p><label>rank <select id="rank">{options}</select></label></p>']
         for doc in ordered:
             rank = doc["rank"]["rank"]
-            page = "".join(_body(from_document(doc, f"rank {rank}'s profile")))
-            body.append(f'<div class="rank" data-rank="{rank}">{page}</div>')
-        return _page(self.title_text, body, _RANK_JS)
+            one = "".join(_body(from_document(doc, f"rank {rank}'s profile")))
+            body.append(f'<div class="rank" data-rank="{rank}">{one}</div>')
+        return page(self.title_text, body, _RANK_JS)
 
 
 def render_ranks_report(docs: RankDocs,

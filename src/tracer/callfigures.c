@@ -2,6 +2,7 @@
  * least growth of one later call (see callfigures.h). */
 #include "callfigures.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,7 +55,9 @@ void
 callfigures_clear_clock(CallClock *clock)
 {
     clock->started = 0;
+    clock->ended = 0;
     clock->start_level = 0;
+    clock->end_level = 0;
 }
 
 /* Lay the growth arrays over the table's lines (it widens when a line outside
@@ -136,32 +139,120 @@ table_end_call(LineTable *t)
     return 0;
 }
 
+/* A growth of one line in the call being corrected. */
+typedef struct {
+    int64_t bytes;
+    int slot;
+} Share;
+
+static int
+share_desc(const void *a, const void *b)
+{
+    int64_t x = ((const Share *)a)->bytes, y = ((const Share *)b)->bytes;
+    return (x < y) - (x > y);
+}
+
+static int
+bytes_desc(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
+/* Reduce each line's growth in the last call (last_growth) by the frees seen
+ * since it began, as callfigures.h tells: the frees are the lines that shrank
+ * and `released`.  -1 when memory ran out (last_growth is then untouched). */
+static int
+charge_frees(CallFigures *f, int64_t released)
+{
+    int n = f->n_slots, n_grown = 0, n_frees = 0;
+    Share *grown = malloc((size_t)(n + 1) * sizeof(Share));
+    int64_t *frees = malloc((size_t)(n + 1) * sizeof(int64_t));
+    if (grown == NULL || frees == NULL) {
+        free(grown);
+        free(frees);
+        return -1;
+    }
+    for (int s = 0; s < n; s++) {
+        int64_t g = f->last_growth[s];
+        if (g > 0) {
+            grown[n_grown].bytes = g;
+            grown[n_grown++].slot = s;
+        }
+        else if (g < 0) {
+            frees[n_frees++] = g == INT64_MIN ? INT64_MAX : -g;
+        }
+    }
+    if (released > 0) {
+        frees[n_frees++] = released;
+    }
+    qsort(grown, (size_t)n_grown, sizeof(Share), share_desc);
+    qsort(frees, (size_t)n_frees, sizeof(int64_t), bytes_desc);
+    int64_t left = 0;
+    for (int i = 0; i < n_frees; i++) {
+        int64_t budget = frees[i];
+        for (int j = 0; j < n_grown && budget > 0; j++) {
+            if (grown[j].bytes > 0 && grown[j].bytes <= budget) {
+                budget -= grown[j].bytes;
+                grown[j].bytes = 0;
+            }
+        }
+        left = memlab_add_sat(left, budget);
+    }
+    for (int j = 0; j < n_grown && left > 0; j++) {
+        int64_t take = grown[j].bytes < left ? grown[j].bytes : left;
+        grown[j].bytes -= take;
+        left -= take;
+    }
+    for (int s = 0; s < n; s++) {
+        if (f->last_growth[s] < 0) {
+            f->last_growth[s] = 0;
+        }
+    }
+    for (int j = 0; j < n_grown; j++) {
+        f->last_growth[grown[j].slot] = grown[j].bytes;
+    }
+    free(grown);
+    free(frees);
+    return 0;
+}
+
 void
 callfigures_begin_call(CallClock *clock, CodeMap *codes, int64_t level)
 {
     if (clock->started) {
         int64_t kept = memlab_sub_sat(level, clock->start_level);
+        int64_t released = clock->ended ? memlab_sub_sat(clock->end_level, level) : 0;
+        if (kept < 0) {
+            kept = 0;
+        }
         for (int i = 0; i < codes->n_tables; i++) {
             CallFigures *f = codes->tables[i]->calls;
             if (f == NULL || !f->correct_last) {
                 continue;
             }
             f->correct_last = 0;
+            /* Out of memory: the call's kept bytes alone bound each line. */
+            (void)charge_frees(f, released);
             for (int s = 0; s < f->n_slots; s++) {
-                if (f->last_growth[s] > kept && kept < f->least_growth[s]) {
-                    f->least_growth[s] = kept;
+                int64_t g = f->last_growth[s] < kept ? f->last_growth[s] : kept;
+                if (g < f->least_growth[s]) {
+                    f->least_growth[s] = g;
                 }
             }
         }
     }
     clock->started = 1;
+    clock->ended = 0;
     clock->start_level = level;
 }
 
 Py_ssize_t
-callfigures_end_call(CodeMap *codes)
+callfigures_end_call(CallClock *clock, CodeMap *codes, int64_t level, int read_ok)
 {
     Py_ssize_t failed = 0;
+    clock->ended = read_ok;
+    clock->end_level = level;
     for (int i = 0; i < codes->n_tables; i++) {
         if (table_end_call(codes->tables[i]) < 0) {
             failed++;

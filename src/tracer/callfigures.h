@@ -14,12 +14,21 @@
  * (its summed growth now, less at the previous call's end) updates the least
  * growth of one call seen so far.
  *
- * A call's locals are freed after its last event, so a line that makes a
- * tensor kept until the return shows growth in every call without keeping
- * anything.  When the next call begins, the level then, less the level when
- * the ended call began, is what that call kept (with whatever ran between
- * the calls); a line's growth in that call counts only up to it.  The last
- * call is never so corrected: the least over the calls is no higher for it. */
+ * A line's growth in a call is not what the call kept of it: a tensor that
+ * lives until the return (a local, a result the caller drops or replaces) is
+ * growth of its line in every call, and is freed after the call's last event.
+ * So when the next call begins, each line's growth in the call that ended is
+ * reduced by the frees seen since that call began: the shrinking of its lines
+ * and what was released between its end and the next start.  Which growth a
+ * free released is not known (the tracer sees levels, not tensors), so it is
+ * guessed: each free, largest first, takes whole the largest growths that fit
+ * in it (a free of 4 MiB + 4 B releases the 4 MiB line and the 4 B line, not
+ * part of a 1 MiB line), then what it has left from the largest growths still
+ * standing.  What stays, at most what the call kept (the next start's level
+ * less this start's), is that line's growth in the call.  Memory that code
+ * outside the profiled functions keeps between calls is charged to the
+ * call's lines.  The last call is never so corrected: the least over the
+ * calls is no higher for it. */
 #ifndef MEMLAB_CALLFIGURES_H
 #define MEMLAB_CALLFIGURES_H
 
@@ -41,7 +50,9 @@ typedef struct CallFigures {
 /* The tracer's side: the level when the current call began. */
 typedef struct {
     int64_t start_level;      /* level at the start of the current (or last) call */
+    int64_t end_level;        /* level at the end of the last call */
     int started;              /* a call began since the tracer was made or cleared */
+    int ended;                /* end_level was read (a failed reading leaves it unknown) */
 } CallClock;
 
 void callfigures_free(CallFigures *figures);
@@ -55,14 +66,16 @@ void callfigures_clear_clock(CallClock *clock);
  * of calls and each line's least growth stay. */
 void callfigures_rotate(LineTable *table);
 
-/* A call begins at `level`: the previous call's growth is corrected by what
- * it kept (see above).  Never raises. */
+/* A call begins at `level`: the previous call's growth is reduced by the
+ * frees since it began (see above).  Never raises. */
 void callfigures_begin_call(CallClock *clock, CodeMap *codes, int64_t level);
 
-/* The end of a call: every table of `codes` that took part steps.  Returns
- * the number of tables whose step failed for lack of memory (their per-call
- * figures are then incomplete); never raises. */
-Py_ssize_t callfigures_end_call(CodeMap *codes);
+/* The end of a call at `level` (read_ok: 0 when it could not be read):
+ * every table of `codes` that took part steps.  Returns the number of tables
+ * whose step failed for lack of memory (their per-call figures are then
+ * incomplete); never raises. */
+Py_ssize_t callfigures_end_call(CallClock *clock, CodeMap *codes, int64_t level,
+                                int read_ok);
 
 /* {lineno: (count, net_growth, (values...))} over all calls: the first
  * call's figures folded with the later ones'.  NULL with an exception set. */

@@ -139,10 +139,10 @@ stack_opened(TracerObject *t, int64_t level)
 }
 
 static void
-stack_closed(TracerObject *t)
+stack_closed(TracerObject *t, int64_t level, int read_ok)
 {
     if (t->open_stacks > 0 && --t->open_stacks == 0) {
-        t->memory_errors += callfigures_end_call(&t->codes);
+        t->memory_errors += callfigures_end_call(&t->clock, &t->codes, level, read_ok);
     }
 }
 
@@ -282,7 +282,7 @@ tracer_on_leave(TracerObject *t, LineTable *table)
     if (stack->depth == 0) {
         sampler_release(&t->sampler, stack->thread);
         if (target >= 0) {
-            stack_closed(t);
+            stack_closed(t, level, read_ok);
         }
     }
     end_event(stack);
@@ -302,7 +302,7 @@ tracer_close_all_frames(TracerObject *t)
             pop_frame(t, stack);
         }
         if (open) {
-            stack_closed(t);
+            stack_closed(t, level, read_ok);
         }
     }
 }

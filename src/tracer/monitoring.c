@@ -264,12 +264,13 @@ code_key(PyObject *code)
     return PyLong_FromVoidPtr(code);
 }
 
-/* Local events on for `code` unless they already are. */
+/* Local events for `code` on (on = 1) unless they already are, or off
+ * (on = 0) if they are on; `instrumented` says which codes have them. */
 static int
-instrument(PyObject *mon, PyObject *code)
+set_instrumented(PyObject *mon, PyObject *code, int on)
 {
     int ret = -1;
-    long local_bits;
+    long local_bits = 0;
     PyObject *key = code_key(code);
     if (key == NULL) {
         return -1;
@@ -278,33 +279,17 @@ instrument(PyObject *mon, PyObject *code)
     if (present < 0) {
         goto error;
     }
-    if (present == 0) {
-        if (event_bits(mon, 1, &local_bits) < 0 || set_local(mon, code, local_bits) < 0
-                || PyDict_SetItem(instrumented, key, code) < 0) {
+    if (present != on) {
+        if (on && event_bits(mon, 1, &local_bits) < 0) {
             goto error;
         }
-    }
-    ret = 0;
-error:
-    Py_DECREF(key);
-    return ret;
-}
-
-/* Local events off for `code` if they are on. */
-static int
-uninstrument(PyObject *mon, PyObject *code)
-{
-    int ret = -1;
-    PyObject *key = code_key(code);
-    if (key == NULL) {
-        return -1;
-    }
-    int present = PyDict_Contains(instrumented, key);
-    if (present < 0) {
-        goto error;
-    }
-    if (present && (set_local(mon, code, 0) < 0 || PyDict_DelItem(instrumented, key) < 0)) {
-        goto error;
+        if (set_local(mon, code, local_bits) < 0) {
+            goto error;
+        }
+        if ((on ? PyDict_SetItem(instrumented, key, code)
+                : PyDict_DelItem(instrumented, key)) < 0) {
+            goto error;
+        }
     }
     ret = 0;
 error:
@@ -411,7 +396,7 @@ monitoring_enable(TracerObject *t)
         goto error;
     }
     for (int i = 0; i < t->codes.n_tables; i++) {
-        if (instrument(mon, t->codes.tables[i]->code) < 0) {
+        if (set_instrumented(mon, t->codes.tables[i]->code, 1) < 0) {
             goto error;
         }
     }
@@ -447,7 +432,7 @@ monitoring_disable(TracerObject *t)
         for (int i = 0; i < t->codes.n_tables && ret == 0; i++) {
             PyObject *code = t->codes.tables[i]->code;
             if (!memlab_code_wanted(code)) {
-                ret = uninstrument(mon, code);
+                ret = set_instrumented(mon, code, 0);
             }
         }
     }
@@ -462,7 +447,7 @@ monitoring_add_code(TracerObject *t, PyObject *code)
     if (mon == NULL) {
         return -1;
     }
-    int ret = instrument(mon, code);
+    int ret = set_instrumented(mon, code, 1);
     Py_DECREF(mon);
     return ret;
 }
