@@ -1,5 +1,10 @@
 """One CUDA case each of the first call apart, growth per call and diff;
 prints the figures it checks (run on the device by the merger)."""
+import json
+import os
+from importlib import metadata
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -9,6 +14,7 @@ from pytorch_memlab import LineProfiler, diff  # noqa: E402
 from helpers import MiB, line_figures  # noqa: E402
 
 pytestmark = pytest.mark.cuda
+pytest_plugins = ["pytester"]
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 state, kept = [], []
 
@@ -89,3 +95,44 @@ def test_cuda_held_result_beside_a_leak():
     print("held:", held["growth_per_call"], "leak:", leak["growth_per_call"])
     assert held["growth_per_call"] == 0 and leak["growth_per_call"] == MiB
     kept.clear()
+
+
+GATE_TESTS = '''
+import torch
+
+def test_small():
+    x = torch.empty({size}, device="cuda")
+    assert x.numel() == {size}
+'''
+
+
+@cuda
+def test_cuda_pytest_gate(pytester, monkeypatch):
+    """--memlab-save then --memlab-compare on CUDA: a test that grew by 2 MiB
+    fails with the diff; a loose limit passes."""
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    monkeypatch.delenv("CI", raising=False)
+    plugin = [] if any(ep.value == "pytorch_memlab.pytest_plugin"
+                       for ep in metadata.entry_points(group="pytest11")) \
+        else ["-p", "pytorch_memlab.pytest_plugin"]
+
+    def go(*args):
+        return pytester.runpytest_subprocess(*plugin, "-p", "no:cacheprovider",
+                                             "--memlab-device", "cuda", *args)
+    pytester.makepyfile(test_gate=GATE_TESTS.format(size=1 << 18))           # 1 MiB
+    saved = pytester.path / "peaks.json"
+    first = go("--memlab-save", str(saved))
+    assert first.ret == 0, first.stdout.str()
+    small = json.loads(saved.read_text())["tests"]["test_gate.py::test_small"]
+    print("saved:", small["peak"], small["device"])
+    assert small["peak"] == MiB and small["device"].startswith("cuda")
+    pytester.makepyfile(test_gate=GATE_TESTS.format(size=3 << 18))           # 3 MiB
+    second = go("--memlab-compare", str(saved), "--memlab-fail-on-increase", "1MiB")
+    out = second.stdout.str()
+    print(out[-600:])
+    assert second.ret == 1, out
+    assert "peak grew from 1.00M to 3.00M (+2.00M, +200.0%)" in out
+    loose = go("--memlab-compare", str(saved), "--memlab-fail-on-increase", "250%")
+    assert loose.ret == 0, loose.stdout.str()

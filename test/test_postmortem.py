@@ -68,8 +68,14 @@ def test_postmortem_figures_are_exact():
     big = next(t for t in pm["tensors"] if t["name"] == "big")
     assert big == {"name": "big", "kind": "local", "dtype": "uint8", "shape": [BIG],
                    "bytes": BIG, "line": f"test_postmortem.py:{big_line}"}
-    small = next(t for t in pm["tensors"] if t["name"] == "small")
-    assert small["bytes"] == 1024 and small["dtype"] == "float32"
+    # the list is the TOP largest tensors on the device, gc-found ones included:
+    # after other tests a full list of larger tensors may push the 1 KiB one out
+    small = [t for t in pm["tensors"] if t["name"] == "small"]
+    if small:
+        assert small[0]["bytes"] == 1024 and small[0]["dtype"] == "float32"
+    else:
+        assert len(pm["tensors"]) == postmortem.TOP
+        assert min(t["bytes"] for t in pm["tensors"]) >= 1024
     assert pm["hints"][0].startswith("The failing allocation alone (4096.00P) is larger "
                                      "than the machine's memory")
     raised = [line for line in record["lines"] if line["raised"]]
