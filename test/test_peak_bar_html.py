@@ -151,6 +151,11 @@ def test_more_than_five_parts_sum_the_rest_as_the_text_line_does(tmp_path):
                                            ("# five", 5 * MiB), ("# three", 3 * MiB),
                                            ("# two", 2 * MiB), ("# one", MiB)], tmp_path)
     assert len(segments) == 5 and segments[-1][1].endswith(" more")
+    # a saved profile draws the same bar
+    live = peaks_of(render_report(prof))
+    for name in ("p.json", "p.csv"):
+        prof.save(tmp_path / name)
+        assert peaks_of(render_report(tmp_path / name)) == live
 
 
 def test_no_breakdown_no_bar(tmp_path):
