@@ -108,6 +108,11 @@ def test_failure_shows_the_table_with_the_peak_line_and_the_helper(run, pytester
     assert re.search(r"^## helper$", out, re.M)
     assert re.search(r"^ +8\.00M +8\.00M +2\.00M +2\.00M +1 +8 +t = torch.empty\(n\)"
                      r"   <-- peak \(inside this call\)$", out, re.M), out
+    # with what its peak is made of: the test's 6 MiB were alive before its call
+    assert re.search(r"^peak 8\.00M on line 8 \(call 1\): 6\.00M before the call, "
+                     r"2\.00M line 8$", out, re.M), out
+    # one breakdown line under each of the two tables, and none elsewhere
+    assert len(re.findall(r"^peak ", out, re.M)) == 2
 
 
 def test_memlab_lists_the_highest_peaks_like_durations(run, pytester):

@@ -8,7 +8,9 @@ heading to sort the lines by it (again to reverse, "line" for source order;
 For a ``profile_every`` function, an SVG timeline of active and reserved bytes
 after each call.  Above each function's table, the memory curve of its kept
 call (``curve_svg``): hover a point for its line, code and figures, click it
-to go to that line's row.  A legend says what each column means.
+to go to that line's row.  Under it, what the function's peak is made of, as
+one bar split by the line that allocated each part (``peak_bar``).  A legend
+says what each column means.
 
     from pytorch_memlab.html_report import write_report
     write_report(profiler, "report.html")      # or a SavedProfile, or a saved file's path
@@ -27,6 +29,7 @@ from .base import Reporter
 from .notebook import COLORS, SHRINK
 from .curve_svg import caption, curve_data, curve_svg
 from .legend import UNIT_NOTE, legend_rows
+from .peak_bar import peak_bar
 from .sections import Figure, Table, render_sections, title
 _ACTIVE, _RESERVED = COLORS[0], COLORS[1]
 
@@ -63,6 +66,12 @@ table.prof tr.largest td{background:#ffe2b8} table.prof tr.gone td{color:#999}
 table.prof b.largest{color:#b00} p.summary{font-family:monospace;font-size:13px;margin:6px 0}
 details.columns{font-size:12px;margin:6px 0 0} details.columns dt{font-family:monospace;
  font-weight:bold;margin-top:4px} details.columns dd{margin:0 0 0 16px}
+div.peak{margin:8px 0 4px;max-width:72em}
+p.peaknote{font-family:monospace;font-size:12px;margin:0 0 3px}
+div.peakbar{display:flex;height:20px;border:1px solid #bbb;font:11px/20px monospace}
+div.peakbar .seg{flex:none;box-sizing:border-box;overflow:hidden;text-indent:4px;
+ white-space:nowrap;text-overflow:ellipsis;border-right:1px solid #fff}
+div.peakbar .seg:last-child{border-right:0}
 """
 
 # Hover and click on a curve: the nearest point's line, code and figures in a
@@ -221,6 +230,7 @@ def _section(section: Table) -> str:
     where = f"{section.filename}:{section.first_line}"
     pm = section.postmortem
     after = "" if pm is None else f"<pre>{html.escape(pm)}</pre>"
+    peaks = "".join(peak_bar(note) for note in section.peaks)
     hidden = (f" &middot; {section.hidden} line{'s' if section.hidden != 1 else ''} that "
               "never ran not shown" if section.hidden else "")
     return (f'<section data-qualname="{html.escape(section.qualname)}">'
@@ -229,7 +239,7 @@ def _section(section: Table) -> str:
             f"{''.join(_curve(view) for view in section.curves)}"
             f'<table class="prof"><thead><tr>{groups}<th colspan="3"></th></tr>'
             f"<tr>{''.join(heads)}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-            f"{after}</section>")
+            f"{peaks}{after}</section>")
 
 
 class _HtmlStyle:

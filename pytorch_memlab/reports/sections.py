@@ -11,7 +11,7 @@ from ..common.sizes import readable_size
 from ..records.model import GROWTH, HELD, FunctionRecord, LineRecord, Profile
 from .calls import COUNT, PARTS, first_call_note, grows_note, part_figure
 from .curve_svg import CurveView
-from .peak_text import peak_notes
+from .peak_text import PeakNote, peak_breakdowns
 from .postmortem_text import format_postmortem
 
 GROWTH_TITLE = ("active_bytes", "net growth")
@@ -156,6 +156,9 @@ class Table:
     notes: list[str] = field(default_factory=list)   # under the table (first call apart)
     curves: list[CurveView] = field(default_factory=list)   # one per device that kept one
     hidden: int = 0                    # lines left out: they never ran (hide_unrun)
+    # the breakdown of each device's peak, or why there is none: its text
+    # leads ``notes``, and the HTML report draws its items as a bar
+    peaks: list[PeakNote] = field(default_factory=list)
 
 
 def _by_call_figures(section: Section, lines: Sequence[LineRecord], columns: Sequence[str],
@@ -209,11 +212,12 @@ def _table(section: Section, profile: Profile, full: dict[tuple[str, str], int],
         note = "   ".join(n for n in (raised_note(first.raised), grows_note(lines)) if n)
         rows.append(Row(first.lineno, first.code, count_cell(first), note, first.ran, figures))
     pm = section.postmortem
-    notes = [] if by_call else (peak_notes(section.records)
+    peaks = [] if by_call else peak_breakdowns(section.records)
+    notes = [] if by_call else ([p.text for p in peaks]
                                 + [n for n in map(first_call_note, section.records) if n])
     return Table(section.qualname, section.filename, section.first_line, groups,
                  columns, rows, None if pm is None else format_postmortem(pm, section.qualname),
-                 notes, _curves(section, code), hidden)
+                 notes, _curves(section, code), hidden, peaks)
 
 
 class Style(Protocol):
