@@ -26,16 +26,23 @@ def peak_parts(record: FunctionRecord) -> list[tuple[str, int, Optional[int]]]:
     return sorted((p for p in parts if p[1]), key=lambda p: -p[1])
 
 
+def summed_items(parts: Sequence[tuple[str, int]]) -> str:
+    """"16.00M line 6, 4.00M line 5, ...": the non-zero ``(label, bytes)``,
+    largest first (ties keep their order), at most MAX_ITEMS items, the
+    rest summed (the out-of-memory post-mortem's breakdown says it so too)."""
+    ordered = sorted((p for p in parts if p[1]), key=lambda p: -p[1])
+    if len(ordered) > MAX_ITEMS:
+        rest = ordered[MAX_ITEMS - 1:]
+        ordered = ordered[:MAX_ITEMS - 1] + [(f"{len(rest)} more", sum(s for _, s in rest))]
+    return ", ".join(f"{readable_size(size)} {label}" for label, size in ordered)
+
+
 def peak_line(record: FunctionRecord) -> str:
     """The breakdown line of one record ("" when it has no peak)."""
     peak = record.peak
     if peak is None:
         return ""
-    parts = [(label, size) for label, size, _ in peak_parts(record)]
-    if len(parts) > MAX_ITEMS:
-        rest = parts[MAX_ITEMS - 1:]
-        parts = parts[:MAX_ITEMS - 1] + [(f"{len(rest)} more", sum(s for _, s in rest))]
-    items = ", ".join(f"{readable_size(size)} {label}" for label, size in parts)
+    items = summed_items([(label, size) for label, size, _ in peak_parts(record)])
     head = (f"peak {readable_size(peak['bytes'])} on line {peak['lineno']} "
             f"(call {peak['call']})")
     return f"{head}: {items}" if items else head
