@@ -123,6 +123,18 @@ class Tracer:
         line made (callees included) still alive; the parts sum to
         ``bytes``.  None before it ran, or for a source that does not push its
         allocations."""
+    def live_by_line(self, code: CodeType, /) -> tuple[int, int, int, int, int, dict[int, int]] | None:
+        """What is alive now, around the latest call of ``code`` (an outermost
+        frame of it; the out-of-memory post-mortem reads this after that call
+        failed): ``(bytes, call, before_call, other_threads, after_call,
+        {lineno: live})``, where ``bytes`` is the level now, ``live`` what
+        each line made during that call (callees included) and still alive,
+        ``before_call`` what was alive before it began, ``other_threads``
+        what other threads made during it, ``after_call`` what was made after
+        it ended; the parts sum to ``bytes``.  O(live allocations).  None
+        while disabled, before a call of it ran in this enable(), or for a
+        source that does not push its allocations.  TypeError if ``code`` is
+        no code object, ValueError if it is not registered."""
     def curves(self) -> list[tuple[CodeType, tuple[list[tuple[int, int, int, int, CodeType | None]],
                                                     int, int, int, int]]]:
         """[(code, (points, merged, call, calls, line_events)), ...] for each

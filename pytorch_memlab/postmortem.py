@@ -14,6 +14,8 @@ prints after the line table (``reports.postmortem_text``, which needs no torch):
      "fragmentation_bytes": ...,                 # reserved - allocated
      "largest_free_block_bytes": ...,            # CUDA: largest inactive block
      "tensors": [{"name", "kind", "dtype", "shape", "bytes", "line"}, ...],   # top 10
+     "live_by_line": {"bytes", "call", "before_call", "other_threads",
+                      "after_call", "lines": [{"lineno", "bytes"}, ...]},
      "hints": ["..."]}
 
 On CUDA, ``requested_bytes`` is what the allocator tried to reserve for the
@@ -25,6 +27,16 @@ failing allocation, before any frame unwinds.  A CPU allocation failure
 (``DefaultCPUAllocator: can't allocate memory``, a RuntimeError) is read in the
 handler: the CPU allocator caches nothing, so nothing changed in between.  A
 figure that cannot be known is None.
+
+``live_by_line`` (only where the profiler follows allocations one by one, the
+CPU so far, and read at the same moment as ``allocated_bytes``, which it
+splits exactly): what was alive, by where it was made, around the failing
+call of the innermost profiled function: ``lines``, what each of its lines
+made during that call (callees included) and still alive, in line order;
+``before_call``, alive before that call began; ``other_threads``, made by
+other threads during it; ``after_call``, made after it ended, before these
+figures were read.  ``bytes`` is their sum.  The profiler reads it through
+``capture``'s ``live``, before it switches its tracer off.
 """
 from __future__ import annotations
 
@@ -33,7 +45,7 @@ import os
 import re
 import threading
 import types
-from typing import Any, Container, Optional
+from typing import Any, Callable, Container, Optional
 
 import torch
 
@@ -231,11 +243,37 @@ def _live_tensors(exc: BaseException, device: str) -> list[dict[str, Any]]:
              "bytes": r.bytes, "line": origin.get(r.name)} for r in mine[:TOP]]
 
 
+# ---------------------------------------------------------------- by line
+
+# Reads, for a device label, what is alive now around the failing call:
+# (bytes, call, before_call, other_threads, after_call, {lineno: live}) or None
+# (tracers.TracerSet.live_by_line, bound to the failing function's code)
+LiveReader = Callable[[str], Optional[tuple[int, int, int, int, int, dict[int, int]]]]
+
+
+def _live_by_line(live: LiveReader, pm: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The breakdown of ``allocated_bytes``, or None where it would be of
+    another moment (read inside a CUDA allocation) or does not add up to it."""
+    if pm["when"] != "after the error" or pm["allocated_bytes"] is None:
+        return None
+    found = live(pm["device"])
+    if found is None:
+        return None
+    total, call, before, other, after, lines = found
+    if total != pm["allocated_bytes"]:
+        return None
+    return {"bytes": total, "call": call, "before_call": before, "other_threads": other,
+            "after_call": after,
+            "lines": [{"lineno": n, "bytes": lines[n]} for n in sorted(lines)]}
+
+
 # ---------------------------------------------------------------- entry points
 
-def capture(exc: BaseException) -> Optional[dict[str, Any]]:
+def capture(exc: BaseException, live: Optional[LiveReader] = None) -> Optional[dict[str, Any]]:
     """The post-mortem of ``exc``, or None if it is no out-of-memory error.
-    Never raises: a failure to read something leaves that figure None."""
+    ``live``: where the profiler can tell, what is alive by line (read right
+    after the allocator's figures).  Never raises: a failure to read
+    something leaves that figure None (and no ``live_by_line``)."""
     if not is_oom(exc):
         return None
     try:
@@ -257,6 +295,13 @@ def capture(exc: BaseException) -> Optional[dict[str, Any]]:
         reserved, allocated = pm["reserved_bytes"], pm["allocated_bytes"]
         pm["fragmentation_bytes"] = (None if reserved is None or allocated is None
                                      else reserved - allocated)
+        if live is not None:
+            try:
+                by_line = _live_by_line(live, pm)
+            except Exception:
+                by_line = None
+            if by_line is not None:
+                pm["live_by_line"] = by_line
         try:
             pm["tensors"] = _live_tensors(exc, pm["device"])
         except Exception:

@@ -92,6 +92,8 @@ def execute(program: Program, profiler: Any) -> tuple[int, Optional[BaseExceptio
     except BaseException as exc:   # noqa: B902 -- the program's own error, reported below
         status, error = 1, exc
     finally:
+        if error is not None:   # while the tracer still follows the live allocations
+            profiler._note_exception(error)
         # off even if a profiled call still runs (a daemon thread, a coroutine
         # never finished): what runs after the program runs unprofiled
         profiler._shutdown()
@@ -102,7 +104,6 @@ def execute(program: Program, profiler: Any) -> tuple[int, Optional[BaseExceptio
         if saved[2] is not None:
             sys.modules["__main__"] = saved[2]
     if error is not None:
-        profiler._note_exception(error)
         _print_traceback(error)
     return status, error
 

@@ -16,7 +16,7 @@ from ..records.model import VERSION_KEYS, FunctionRecord, Profile, TimelineRow
 from ..records.selection import selects
 from ..reports.display import ProfileDisplay, untraced_note
 from .timeline import Timeline
-from .tracers import TracerSet
+from .tracers import LiveTuple, TracerSet
 from ..records.columns import ColumnsArg, normalize_columns, pick_columns
 from ..records.curve import DEFAULT_CURVE, CurveArg, check_curve
 from .functions import CodesByIdentity, FunctionEntry, compiled_by_dynamo, resolve_function
@@ -34,6 +34,21 @@ if TYPE_CHECKING:
 # every code object that runs afterwards, so there it stays on until
 # disable() or interpreter exit (all tracers share one tool id).
 PARK_BETWEEN_CALLS = native.MECHANISM == "monitoring"
+
+
+def _noted_before(exc: BaseException, profiler: object) -> bool:
+    """Has ``profiler`` noted ``exc`` already?  The first note, nearest the
+    failure and while the tracer still follows the allocations, keeps its
+    post-mortem (``run`` notes the error again once the program ended).
+    Marked on the exception: exceptions take no weak references."""
+    seen = getattr(exc, "_pytorch_memlab_noted", ())
+    if id(profiler) in seen:
+        return True
+    try:
+        exc._pytorch_memlab_noted = (*seen, id(profiler))  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):   # no __dict__: noted again, as before
+        pass
+    return False
 
 
 class LineProfiler:
@@ -166,9 +181,9 @@ class LineProfiler:
         return self
 
     def __exit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> None:
-        self.disable()
-        if exc is not None:
+        if exc is not None:   # first: the tracer still follows the live allocations
             self._note_exception(exc)
+        self.disable()
 
     def clear(self) -> None:
         """Forget every figure (functions stay registered)."""
@@ -215,6 +230,10 @@ class LineProfiler:
             self._calls += 1
         self._depth.value = getattr(self._depth, "value", 0) + 1
 
+    def _in_outermost_call(self) -> bool:
+        """Is the decorated call running on this thread its outermost one?"""
+        return bool(getattr(self._depth, "value", 0) == 1)
+
     def _exit_call(self) -> bool:
         """True when this ends the outermost decorated call of this thread."""
         self._depth.value -= 1
@@ -244,8 +263,13 @@ class LineProfiler:
         read now, while the traceback's frames still hold the tensors."""
         codes = CodesByIdentity(code for entry in self._entries for code in entry.codes)
         failed_in = postmortem.innermost(exc, codes)
-        if failed_in is not None:
-            found = postmortem.capture(exc)
+        if failed_in is not None and not _noted_before(exc, self):
+            code = failed_in
+
+            def live(device: str) -> Optional[LiveTuple]:
+                return self._tracers.live_by_line(code, device)
+
+            found = postmortem.capture(exc, live)
             if found is not None:
                 self._postmortem = (failed_in, found)
         tb = exc.__traceback__

@@ -30,6 +30,9 @@ TracerCurves = list[tuple[types.CodeType, tuple[CurvePoints, int, int, int, int]
 # and why there is no breakdown (None: there is): native Tracer.peaks()
 PeakTuple = tuple[int, int, int, int, int, dict[int, int]]
 TracerPeaks = tuple[list[tuple[types.CodeType, Optional[PeakTuple]]], Optional[str]]
+# (bytes, call, before_call, other_threads, after_call, {lineno: live}): native
+# Tracer.live_by_line(), what is alive now around a function's latest call
+LiveTuple = tuple[int, int, int, int, int, dict[int, int]]
 
 
 class TracerSet:
@@ -112,3 +115,12 @@ class TracerSet:
 
     def peaks(self) -> list[TracerPeaks]:
         return [(tracer.peaks(), tracer.peak_unavailable) for tracer in self.tracers]
+
+    def live_by_line(self, code: types.CodeType, device: str) -> Optional[LiveTuple]:
+        """What is alive now on ``device`` (a label) around the latest call
+        of ``code``; None where its tracer cannot tell (a polled source,
+        memory ran out, the device changed, disabled)."""
+        for where, tracer in zip(self.labels(), self.tracers):
+            if where == device and tracer.peak_unavailable is None:
+                return tracer.live_by_line(code)
+        return None

@@ -34,12 +34,13 @@ def _leave(profiler: LineProfiler, exc: Optional[BaseException],
            after_call: Optional[AfterCall]) -> None:
     if isinstance(exc, GeneratorExit):   # a generator closed early: no error
         exc = None
+    if exc is not None and profiler._in_outermost_call():
+        # the outermost call of this thread, noted before _exit_call may
+        # switch the tracer off: it still follows the live allocations
+        profiler._note_exception(exc)
     outermost = profiler._exit_call()   # commits the lines before any printing
-    if outermost:
-        if exc is not None:
-            profiler._note_exception(exc)
-        if after_call is not None:
-            after_call(exc)
+    if outermost and after_call is not None:
+        after_call(exc)
 
 
 # The function other tools see: a one-line call of our wrapper, compiled at

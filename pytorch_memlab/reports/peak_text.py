@@ -1,12 +1,13 @@
 """The line under a function's table that says what its peak is made of:
 ``peak 21.00M on line 6 (call 1): 16.00M line 6, 4.00M line 5, 1.00M before
 the call`` (largest first, at most MAX_ITEMS items, the rest summed), or why
-a profile has no such breakdown.  ``peak_items`` is that choice of items,
-which the HTML report's bar (``peak_bar``) draws too."""
+a profile has no such breakdown.  ``peak_items`` are that line's items, which
+the HTML report's bar (``peak_bar``) draws too; ``summed_items`` chooses them,
+and the out-of-memory post-mortem's breakdown by line too."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple, Optional, Sequence
+from typing import Iterable, NamedTuple, Optional, Sequence
 
 from ..common.sizes import readable_size
 from ..records.model import FunctionRecord
@@ -14,42 +15,46 @@ from ..records.model import FunctionRecord
 MAX_ITEMS = 5
 
 
-def peak_parts(record: FunctionRecord) -> list[tuple[str, int, Optional[int]]]:
-    """(label, bytes, lineno or None) of each non-zero part of the peak,
-    largest first (ties: before the call, then by line, then other threads)."""
-    peak = record.peak
-    if peak is None:
-        return []
-    parts: list[tuple[str, int, Optional[int]]] = [
-        ("before the call", peak["before_call"], None)]
-    parts += [(f"line {line.lineno}", line.held_at_peak, line.lineno) for line in record.lines
-              if line.held_at_peak]
-    parts.append(("other threads", peak["other_threads"], None))
-    return sorted((p for p in parts if p[1]), key=lambda p: -p[1])
-
-
 class PeakItem(NamedTuple):
     """One item of a breakdown: a part of the peak, or the rest summed."""
 
     label: str                  # "line 6", "before the call", "other threads", "3 more"
     size: int                   # bytes
-    lineno: Optional[int]       # a line's item: its number
-    code: str                   # a line's item: its source ("" for the others)
+    lineno: Optional[int] = None  # a line's item: its number
+    code: str = ""              # a line's item: its source ("" for the others)
     rest: tuple[str, ...] = ()  # "N more": its parts, as "4.00K line 9"
 
 
+def summed_items(parts: Iterable[PeakItem]) -> list[PeakItem]:
+    """The items a breakdown shows: the non-zero parts, largest first (ties
+    keep their order), at most MAX_ITEMS, the rest summed into one "N more"
+    item.  The peak's line and bar and the out-of-memory post-mortem's
+    breakdown all choose their items here."""
+    ordered = sorted((p for p in parts if p.size), key=lambda p: -p.size)
+    if len(ordered) <= MAX_ITEMS:
+        return ordered
+    rest = ordered[MAX_ITEMS - 1:]
+    return ordered[:MAX_ITEMS - 1] + [PeakItem(
+        f"{len(rest)} more", sum(p.size for p in rest),
+        rest=tuple(items_text([p]) for p in rest))]
+
+
+def items_text(items: Iterable[PeakItem]) -> str:
+    """"16.00M line 6, 4.00M line 5"."""
+    return ", ".join(f"{readable_size(p.size)} {p.label}" for p in items)
+
+
 def peak_items(record: FunctionRecord) -> list[PeakItem]:
-    """The items the breakdown line shows: the largest parts, the rest summed
-    into one item when there are more than MAX_ITEMS."""
-    code = {line.lineno: line.code for line in record.lines}
-    parts = [PeakItem(label, size, lineno, code.get(lineno, "") if lineno is not None else "")
-             for label, size, lineno in peak_parts(record)]
-    if len(parts) <= MAX_ITEMS:
-        return parts
-    rest = parts[MAX_ITEMS - 1:]
-    return parts[:MAX_ITEMS - 1] + [PeakItem(
-        f"{len(rest)} more", sum(p.size for p in rest), None, "",
-        tuple(f"{readable_size(p.size)} {p.label}" for p in rest))]
+    """The items of a record's peak: before the call, each line with its code,
+    other threads (ties in that order), chosen by ``summed_items``."""
+    peak = record.peak
+    if peak is None:
+        return []
+    parts = [PeakItem("before the call", peak["before_call"])]
+    parts += [PeakItem(f"line {line.lineno}", line.held_at_peak, line.lineno, line.code)
+              for line in record.lines if line.held_at_peak]
+    parts.append(PeakItem("other threads", peak["other_threads"]))
+    return summed_items(parts)
 
 
 def peak_line(record: FunctionRecord) -> str:
@@ -57,7 +62,7 @@ def peak_line(record: FunctionRecord) -> str:
     peak = record.peak
     if peak is None:
         return ""
-    items = ", ".join(f"{readable_size(p.size)} {p.label}" for p in peak_items(record))
+    items = items_text(peak_items(record))
     head = (f"peak {readable_size(peak['bytes'])} on line {peak['lineno']} "
             f"(call {peak['call']})")
     return f"{head}: {items}" if items else head

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..common.sizes import readable_size, with_bytes
+from .peak_text import PeakItem, items_text, summed_items
 
 
 def _size(n: Optional[int]) -> str:
@@ -49,6 +50,21 @@ def _exact(n: Optional[int]) -> str:
     return "-" if n is None else with_bytes(n)
 
 
+def _by_line(pm: dict[str, Any]) -> list[str]:
+    """The allocated bytes by where they were made (none in a post-mortem
+    saved before schema version 4, or where the profiler could not tell)."""
+    live = pm.get("live_by_line")
+    if live is None:
+        return []
+    parts = [PeakItem("before the call", live["before_call"])]
+    parts += [PeakItem(f"line {line['lineno']}", line["bytes"], line["lineno"])
+              for line in live["lines"]]
+    parts += [PeakItem("other threads", live["other_threads"]),
+              PeakItem("after the call", live["after_call"])]
+    return [f"  live at the failure (call {live['call']}), by the line that allocated it:",
+            f"    {items_text(summed_items(parts)) or 'nothing'}"]
+
+
 def format_postmortem(pm: dict[str, Any], qualname: str) -> str:
     """The text printed after the line table."""
     out = [f"Out of memory ({pm['error']}) in {qualname} on {pm['device']}; "
@@ -62,6 +78,7 @@ def format_postmortem(pm: dict[str, Any], qualname: str) -> str:
     out.append(_row("free", free))
     out.append(_row("fragmentation", f"reserved - allocated = {_size(pm['fragmentation_bytes'])}; "
                                      f"largest free block {_size(pm['largest_free_block_bytes'])}"))
+    out += _by_line(pm)
     if pm["tensors"]:
         out.append(f"  largest live tensors on {pm['device']}:")
         width = max(len(t["name"]) for t in pm["tensors"]) + 2

@@ -322,6 +322,7 @@ attrib_attach(Attrib *a, const memlab_source *source, int device)
     a->source = source;
     a->device = device;
     a->failed = 0;
+    a->attaches++;
     a->next = attached;
     attached = a;
     a->attached = 1;
@@ -437,8 +438,14 @@ attrib_push(Attrib *a, LineTable *table, int line, int64_t call)
     c->table = table;
     c->line = line;
     c->thread = thread;
-    c->start_seq = a->seq + 1;
+    /* A number of its own: it also tells this Call from any other (the
+     * blocks made during it are numbered above it). */
+    c->start_seq = ++a->seq;
     c->call = call;
+    table->peak->latest_start = c->start_seq;
+    table->peak->latest_end = 0;
+    table->peak->latest_call = call;
+    table->peak->latest_attach = a->attaches;
     c->before = a->level;
     c->next_open = a->open;
     a->open = c;
@@ -469,6 +476,10 @@ attrib_pop(Attrib *a, AttribCall *c)
         }
         c->next_open = NULL;
         c->is_open = 0;
+        AttribPeak *p = c->table->peak;
+        if (p != NULL && p->latest_start == c->start_seq) {
+            p->latest_end = ++a->seq;   /* blocks made after it are numbered above */
+        }
         AttribTop *top = top_of(a, c->thread);
         if (top != NULL && top->top == c) {
             top->top = c->parent;
@@ -507,4 +518,70 @@ attrib_peak_clear(LineTable *table)
         memset(table->peak->held, 0, sizeof(int64_t) * (size_t)table->peak->n_slots);
     }
     pthread_mutex_unlock(&attrib_lock);
+}
+
+/* Does the chain from block `b` up pass through the Call that began at
+ * `start` in `table`?  Then *slot is the slot of that Call's line. */
+static int
+made_during(const AttribBlock *b, const LineTable *table, uint64_t start, int *slot)
+{
+    int line = b->line;
+    for (const AttribCall *c = b->call; c != NULL; line = c->parent_line, c = c->parent) {
+        if (c->table == table && c->start_seq == start) {
+            *slot = slot_of(table, line);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int
+attrib_live_now(const Attrib *a, const LineTable *table, AttribLive **out)
+{
+    int ret = -1;
+    AttribLive *live = NULL;     /* Owned until handed to *out. */
+    *out = NULL;
+    pthread_mutex_lock(&attrib_lock);
+    const AttribPeak *p = table->peak;
+    if (!a->attached || p == NULL || p->latest_start == 0
+        || p->latest_attach != a->attaches) {
+        ret = 0;
+        goto done;
+    }
+    live = calloc(1, sizeof(AttribLive) + sizeof(int64_t) * (size_t)table->n_slots);
+    if (live == NULL) {
+        goto done;
+    }
+    live->bytes = a->level;
+    live->call = p->latest_call;
+    live->first_line = table->first_line;
+    live->n_slots = table->n_slots;
+    int64_t during = 0;
+    for (size_t i = 0; i < a->capacity; i++) {
+        const AttribBlock *b = &a->blocks[i];
+        int slot;
+        if (b->ptr == 0 || b->seq < p->latest_start) {
+            continue;            /* empty, or alive before: the remainder below */
+        }
+        if (made_during(b, table, p->latest_start, &slot)) {
+            live->live[slot] += b->size;
+            during += b->size;
+        }
+        else if (p->latest_end != 0 && b->seq > p->latest_end) {
+            live->after += b->size;
+        }
+        else {
+            live->other += b->size;
+        }
+    }
+    /* Blocks made before it, and those made before we attached (not in the
+     * table), are what the level holds beyond the rest. */
+    live->before = a->level - during - live->other - live->after;
+    *out = live;
+    live = NULL;
+    ret = 0;
+done:
+    pthread_mutex_unlock(&attrib_lock);
+    free(live);
+    return ret;
 }

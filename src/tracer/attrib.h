@@ -36,10 +36,28 @@ typedef struct AttribPeak {
     int64_t call;          /* which call (callfigures' numbering, from 1) */
     int64_t before;        /* alive before that call began */
     int64_t other;         /* made by other threads during it, still alive */
+    uint64_t latest_start; /* the latest Call of the function (attrib_live_now):
+                              its start_seq, unique to it; 0 before any */
+    uint64_t latest_end;   /* the event number its end took; 0 while open */
+    int64_t latest_call;
+    uint64_t latest_attach;/* the attach it ran in (Attrib.attaches) */
     int first_line;
     int n_slots;
     int64_t held[];        /* n_slots: made on each line, still alive */
 } AttribPeak;
+
+/* What is alive now, split as a peak is, around the function's latest Call
+ * (the out-of-memory post-mortem reads it after that call failed). */
+typedef struct AttribLive {
+    int64_t bytes;         /* the level now */
+    int64_t call;          /* which call (callfigures' numbering) */
+    int64_t before;        /* alive before it began */
+    int64_t other;         /* made during it by other threads */
+    int64_t after;         /* made after it ended */
+    int first_line;
+    int n_slots;
+    int64_t live[];        /* n_slots: made on each line during it */
+} AttribLive;
 
 typedef struct AttribCall AttribCall;
 typedef struct AttribBlock AttribBlock;
@@ -67,6 +85,7 @@ typedef struct Attrib {
     int n_tops;
     int cap_tops;
     int failed;            /* memory ran out: the breakdown is incomplete */
+    uint64_t attaches;     /* attach() calls: blocks are followed within one */
     struct Attrib *next;   /* Borrowed. the attached list */
 } Attrib;
 
@@ -91,6 +110,11 @@ void attrib_pop(Attrib *a, AttribCall *c);
 AttribPeak *attrib_peak_copy(const LineTable *table);
 /* Forget the table's peak (clear()). */
 void attrib_peak_clear(LineTable *table);
+
+/* What is alive now around the table's latest Call (GIL held): 0 with *out
+ * set (NULL when there is none: not attached, or no Call yet; else the
+ * caller frees it with free()), or -1 when memory ran out.  O(live blocks). */
+int attrib_live_now(const Attrib *a, const LineTable *table, AttribLive **out);
 
 /* What the source calls per allocation (memlab_alloc_listener). */
 void attrib_listener(const char *source, int device, uintptr_t ptr, int64_t size,

@@ -375,30 +375,41 @@ Tracer_call_stats(TracerObject *self, PyObject *unused)
     return result;
 }
 
+/* {lineno: bytes} of the non-zero slots; NULL with an exception. */
+static PyObject *
+bytes_by_line(int first_line, int n_slots, const int64_t *bytes)
+{
+    PyObject *by_line = PyDict_New();
+    if (by_line == NULL) {
+        return NULL;
+    }
+    for (int s = 0; s < n_slots; s++) {
+        if (bytes[s] == 0) {
+            continue;
+        }
+        PyObject *k = PyLong_FromLong(first_line + s);
+        PyObject *v = PyLong_FromLongLong(bytes[s]);
+        int rc = (k && v) ? PyDict_SetItem(by_line, k, v) : -1;
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        if (rc < 0) {
+            Py_DECREF(by_line);
+            return NULL;
+        }
+    }
+    return by_line;
+}
+
 /* One function's peak as a tuple (see Tracer.peaks); NULL with an exception. */
 static PyObject *
 peak_to_tuple(const AttribPeak *p)
 {
-    PyObject *held = PyDict_New(), *row = NULL;
+    PyObject *held = bytes_by_line(p->first_line, p->n_slots, p->held);
     if (held == NULL) {
         return NULL;
     }
-    for (int s = 0; s < p->n_slots; s++) {
-        if (p->held[s] == 0) {
-            continue;
-        }
-        PyObject *k = PyLong_FromLong(p->first_line + s);
-        PyObject *v = PyLong_FromLongLong(p->held[s]);
-        int rc = (k && v) ? PyDict_SetItem(held, k, v) : -1;
-        Py_XDECREF(k);
-        Py_XDECREF(v);
-        if (rc < 0) {
-            goto done;
-        }
-    }
-    row = Py_BuildValue("(LiLLLO)", (long long)p->bytes, p->line, (long long)p->call,
-                        (long long)p->before, (long long)p->other, held);
-done:
+    PyObject *row = Py_BuildValue("(LiLLLO)", (long long)p->bytes, p->line, (long long)p->call,
+                                  (long long)p->before, (long long)p->other, held);
     Py_DECREF(held);
     return row;
 }
@@ -422,6 +433,48 @@ Tracer_peaks(TracerObject *self, PyObject *unused)
         Py_XDECREF(row);
         Py_XDECREF(peak);
     }
+    return result;
+}
+
+/* What is alive now around the latest call of `code` (Tracer.live_by_line). */
+static PyObject *
+Tracer_live_by_line(TracerObject *self, PyObject *code)
+{
+    PyObject *result = NULL;
+    PyObject *lines = NULL;      /* Owned. */
+    AttribLive *live = NULL;     /* Owned. */
+    if (!tracer_ready(self)) {
+        return NULL;
+    }
+    if (!PyCode_Check(code)) {
+        PyErr_Format(PyExc_TypeError, "live_by_line() takes a code object, not %.100s "
+                     "(pass func.__code__)", Py_TYPE(code)->tp_name);
+        return NULL;
+    }
+    LineTable *table = codemap_get(&self->codes, code);
+    if (table == NULL) {
+        PyErr_SetString(PyExc_ValueError, "live_by_line(): the code object is not registered "
+                        "with this tracer (add_code() it first)");
+        return NULL;
+    }
+    if (attrib_live_now(&self->attrib, table, &live) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (live == NULL) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    lines = bytes_by_line(live->first_line, live->n_slots, live->live);
+    if (lines == NULL) {
+        goto done;
+    }
+    result = Py_BuildValue("(LLLLLO)", (long long)live->bytes, (long long)live->call,
+                           (long long)live->before, (long long)live->other,
+                           (long long)live->after, lines);
+done:
+    Py_XDECREF(lines);
+    free(live);
     return result;
 }
 
@@ -540,6 +593,9 @@ static PyMethodDef Tracer_methods[] = {
      "[(code, (calls, {line: (first, later, least_growth)})), ...] in registration order"},
     {"peaks", (PyCFunction)Tracer_peaks, METH_NOARGS,
      "[(code, (bytes, lineno, call, before, other, {lineno: held}) or None)]"},
+    {"live_by_line", (PyCFunction)Tracer_live_by_line, METH_O,
+     "(bytes, call, before, other, after, {lineno: live}) now, around the latest call "
+     "of a registered code object, or None"},
     {"curves", (PyCFunction)Tracer_curves, METH_NOARGS,
      "[(code, (points, merged, call, calls, events)), ...]: each function's kept "
      "curve; a point is (line, active, reserved, peak, callee code or None)"},
