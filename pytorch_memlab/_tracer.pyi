@@ -42,6 +42,16 @@ def field_table(source: Any, /) -> tuple[tuple[str, str, str], ...]:
     """(name, kind, unit) of each field of a capsule or Python source: kind
     "level", "peak" or "counter", unit "count" or "bytes"."""
 
+def allocated_at(source: str, device: int, ptr: int, /) -> tuple[CodeType, int] | None:
+    """(code, lineno) of the profiled line that allocated the live block
+    starting at address ``ptr`` of the source named ``source`` on ``device``,
+    as an enabled tracer whose source pushes its allocations recorded it
+    (the innermost profiled function running then; a block made on a
+    callee's line counts on that callee).  None when no enabled tracer saw
+    it made inside a profiled function: made outside them or before the
+    tracer was enabled, or not a live block's start.  Read-only.
+    ValueError for a ``ptr`` that is no address."""
+
 def install_thread_hook() -> bool:
     """settrace mechanism only: hook the calling thread if any tracer is
     enabled (threads that existed before enable()).  No-op otherwise."""

@@ -8,7 +8,7 @@ without the shim is ``cuda_fallback.py``.
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+from types import CodeType, ModuleType
 from typing import Any, Optional, Sequence
 
 from pytorch_memlab import _tracer
@@ -21,9 +21,16 @@ MECHANISM: str = _tracer.MECHANISM
 # The kinds of device a profiler reads.
 KINDS = ("cuda", "cpu")
 
-__all__ = ["KINDS", "MECHANISM", "Tracer", "check_kind", "cuda_push_unavailable",
+__all__ = ["KINDS", "MECHANISM", "Tracer", "allocated_at", "check_kind", "cuda_push_unavailable",
            "field_table", "import_shim", "install_thread_hook", "is_compiled", "load_shim",
            "prepare", "sample", "shim_capsule", "shim_fields"]
+
+
+def allocated_at(kind: str, device: int, ptr: int) -> Optional[tuple[CodeType, int]]:
+    """(code, lineno) of the profiled line that allocated the live block at
+    ``ptr`` of a ``kind`` device, as an enabled profiler recorded it, or None
+    (only sources that push their allocations record them: the CPU's)."""
+    return _tracer.allocated_at(kind, device, ptr)
 
 
 def is_compiled(source: Any) -> bool:

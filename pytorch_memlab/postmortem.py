@@ -50,12 +50,11 @@ from typing import Any, Callable, Container, Optional
 import torch
 
 from .common.devices import device_matches
-from .common.tensors import is_tensor
+from .common.frames import frame_tensors, is_own_frame
 from .mem_reporter.collect import Collector, walk_gc
 from .reports.postmortem_text import hints
 
 TOP = 10
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _CPU_OOM = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes")
 
 _events = threading.local()     # .last: the latest CUDA OOM seen on this thread
@@ -200,7 +199,7 @@ def _frames(exc: BaseException) -> list[types.FrameType]:
     frames = []
     tb = exc.__traceback__
     while tb is not None:
-        if not os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_OWN_DIR):
+        if not is_own_frame(tb.tb_frame):
             frames.append(tb.tb_frame)
         tb = tb.tb_next
     return frames[::-1]
@@ -212,25 +211,14 @@ def _live_tensors(exc: BaseException, device: str) -> list[dict[str, Any]]:
     col = Collector()
     origin: dict[str, str] = {}
     try:
-        for frame in _frames(exc):
+        for name, tensor, frame, var in frame_tensors(_frames(exc)):
+            if col.seen(tensor):
+                continue
+            col.add(tensor, name, "local")
             code = frame.f_code
-            for var, value in list(frame.f_locals.items()):
-                if is_tensor(value):
-                    names = [(var, value)]
-                elif isinstance(value, torch.nn.Module):
-                    names = [(f"{var}.{n}", p) for n, p in value.named_parameters()]
-                    names += [(f"{var}.{n}", b) for n, b in value.named_buffers()]
-                elif isinstance(value, (list, tuple)) and len(value) <= 64:
-                    names = [(f"{var}[{i}]", v) for i, v in enumerate(value) if is_tensor(v)]
-                else:
-                    continue
-                for name, tensor in names:
-                    if col.seen(tensor):
-                        continue
-                    col.add(tensor, name, "local")
-                    line = _assigned_line(code, var, frame.f_lineno)
-                    if line is not None:
-                        origin[name] = f"{os.path.basename(code.co_filename)}:{line}"
+            line = _assigned_line(code, var, frame.f_lineno)
+            if line is not None:
+                origin[name] = f"{os.path.basename(code.co_filename)}:{line}"
         walk_gc(col)
         rows = col.sorted_rows()
     finally:

@@ -1,13 +1,19 @@
 """MemReporter: which tensors hold the memory right now.
 
-A report lists tensors found from four sources, in this order:
+A report lists tensors found from five sources, in this order:
 
 1. the model's parameters (each followed by its ``.grad``) and buffers,
 2. the state of every optimizer given to :meth:`MemReporter.add_optimizer`,
 3. the ``outputs=`` tensors, then the tensors their autograd graph saved for
    backward (``AddmmBackward0.mat1``),
-4. every other tensor the garbage collector knows of, numbered per type
+4. the variables of the frames that called ``report()`` (``activations``,
+   ``xs[0]``; ``common.frames``, shared with the OOM post-mortem),
+5. every other tensor the garbage collector knows of, numbered per type
    (``Tensor0``, ``Parameter0``, ...), each followed by its ``.grad``.
+
+Rows of the last three sources whose CPU storage was allocated on a line of
+a function an enabled profiler reads name that line too: ``x (step:12)``
+(``sites``).
 
 On a CUDA device, the allocator's own blocks (``torch.cuda.memory._snapshot()``) are
 matched against the storages found: every other active block is listed with its size,
@@ -27,7 +33,8 @@ report holds no tensor: strong references live only while ``report()`` runs.
 
 The package, one file per concern: ``reporter`` (MemReporter: what to name, the
 walk, the report), ``collect`` (tensors into rows, storages charged once),
-``rows`` (TensorRow, DeviceTotal, MemReport), ``text`` (the printed table),
+``rows`` (TensorRow, DeviceTotal, MemReport), ``sites`` (the line that
+allocated a storage), ``table_text`` (the printed table),
 ``allocator`` (per-device totals against ``torch.cuda.memory_allocated``) and
 ``blocks`` (the caching allocator's blocks).
 """

@@ -1,6 +1,7 @@
 """Turning the tensors a report finds into rows: named ones first (the model,
-the optimizers, ``outputs=`` and what their autograd graph saved), then every
-other live tensor; each storage charged once, to its first row."""
+the optimizers, ``outputs=`` and what their autograd graph saved, the
+variables of the calling frames), then every other live tensor; each storage
+charged once, to its first row."""
 from __future__ import annotations
 
 from collections import deque
@@ -8,6 +9,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from ..common.frames import caller_frames, frame_tensors
 from ..common.tensors import StorageKey, grad_of, is_tensor, live_tensors, storage_of
 from .rows import TensorRow
 
@@ -218,6 +220,21 @@ def walk_graph(col: Collector, tensors: list[torch.Tensor]) -> None:
             queue.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
         except Exception:
             col.skipped += 1
+
+
+def walk_frames(col: Collector) -> None:
+    """The tensors held by variables of the frames calling the report, named
+    after them (``activations``, ``xs[0]``, ``net.0.weight``); one already
+    listed (a parameter, an output) keeps its name.  A tensor held by two
+    variables gets a row per variable (the second as an alias of the first);
+    a module's parameters and list items are named once."""
+    mine: set[int] = set()        # found here: a second variable lists it again
+    for name, tensor, _, var in frame_tensors(caller_frames()):
+        if not col.seen(tensor):
+            mine.add(id(tensor))
+            col.add(tensor, name, "tensor")
+        elif id(tensor) in mine and name == var:
+            col.add(tensor, name, "tensor", repeat=True)
 
 
 def walk_gc(col: Collector) -> None:

@@ -13,8 +13,9 @@ import torch
 from ..common.devices import DeviceSpec, device_matches
 from ..common.tensors import is_tensor
 from . import allocator, blocks
-from .collect import Collector, iter_outputs, walk_gc, walk_graph
+from .collect import Collector, iter_outputs, walk_frames, walk_gc, walk_graph
 from .rows import MemReport, parse_filter
+from .sites import add_sites
 
 
 def _weak(obj: Any) -> Callable[[], Any]:
@@ -84,8 +85,9 @@ class MemReporter:
         allocated: Optional[dict[str, int]] = None
         try:
             self._walk(col, module, out_tensors)
-            rows = [r for r in col.sorted_rows()
-                    if want is None or device_matches(want, torch.device(r.device))]
+            rows = add_sites([r for r in col.sorted_rows()
+                              if want is None or device_matches(want, torch.device(r.device))],
+                             col.storages)
             skipped = col.skipped
             if module is None:   # a scoped report leaves the rest of the device out
                 split = allocator.split_blocks(col, want, walk_graph=not out_tensors)
@@ -121,6 +123,7 @@ class MemReporter:
         if outputs:
             walk_graph(col, outputs)
         if scope is None:
+            walk_frames(col)
             walk_gc(col)
 
     def _walk_optimizers(self, col: Collector, names: dict[int, str],

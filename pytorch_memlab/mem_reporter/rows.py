@@ -36,11 +36,13 @@ class TensorRow:
     storage_id: Optional[int]        # storage number within this report; None: no storage
     kind: str                        # param, buffer, grad, optimizer, output, saved, tensor
     alias_of: Optional[str] = None   # owner row's name when the storage was already counted
+    allocated_at: Optional[str] = None   # "step:12": the profiled line that allocated it
 
     def display_name(self, verbose: bool) -> str:
+        name = self.name
         if verbose and self.alias_of is not None:
-            return f"{self.name}(->{self.alias_of})"
-        return self.name
+            name = f"{name}(->{self.alias_of})"
+        return name if self.allocated_at is None else f"{name} ({self.allocated_at})"
 
 
 @dataclass(frozen=True)

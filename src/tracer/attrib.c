@@ -509,6 +509,33 @@ attrib_peak_copy(const LineTable *table)
     return copy;
 }
 
+PyObject *
+attrib_made_at(const char *source, int device, uintptr_t ptr, int *line)
+{
+    PyObject *code = NULL;
+    if (ptr == 0) {
+        return NULL;        /* 0 marks an empty slot of the block table */
+    }
+    pthread_mutex_lock(&attrib_lock);
+    for (Attrib *a = attached; a != NULL && code == NULL; a = a->next) {
+        if (a->device != device || strcmp(a->source->name, source) != 0) {
+            continue;
+        }
+        const AttribBlock *b = blocks_find(a, ptr);
+        if (b == NULL || b->call == NULL) {
+            continue;
+        }
+        /* The block holds its Call, the Call its table, and the table its
+         * code while the tracer is attached: take the reference under the
+         * lock, before a free on another thread can drop them. */
+        const LineTable *table = b->call->table;
+        *line = table->first_line + slot_of(table, b->line);
+        code = Py_NewRef(table->code);
+    }
+    pthread_mutex_unlock(&attrib_lock);
+    return code;
+}
+
 void
 attrib_peak_clear(LineTable *table)
 {

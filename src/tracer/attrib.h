@@ -116,6 +116,14 @@ void attrib_peak_clear(LineTable *table);
  * caller frees it with free()), or -1 when memory ran out.  O(live blocks). */
 int attrib_live_now(const Attrib *a, const LineTable *table, AttribLive **out);
 
+/* Which profiled line made the live block at `ptr` (its start address) of
+ * `source`'s `device`, as the first attached tracer that saw it made inside
+ * a profiled function recorded it: a new reference to that function's code
+ * object, its line in *line.  NULL without an exception when no attached
+ * tracer did (made outside every profiled function, before the tracer was
+ * enabled, or it is not a live block).  Control path, GIL held. */
+PyObject *attrib_made_at(const char *source, int device, uintptr_t ptr, int *line);
+
 /* What the source calls per allocation (memlab_alloc_listener). */
 void attrib_listener(const char *source, int device, uintptr_t ptr, int64_t size,
                      int alloc);

@@ -13,6 +13,31 @@ field_table(PyObject *module, PyObject *source)
     return sampler_field_table(source);
 }
 
+/* allocated_at(source, device, ptr): see _tracer.pyi. */
+static PyObject *
+allocated_at(PyObject *module, PyObject *args)
+{
+    PyObject *ret = NULL, *code = NULL, *address;
+    const char *source;
+    int device, line = 0;
+    if (!PyArg_ParseTuple(args, "siO!:allocated_at", &source, &device, &PyLong_Type,
+                          &address)) {
+        goto error;
+    }
+    unsigned long long ptr = PyLong_AsUnsignedLongLong(address);
+    if ((ptr == (unsigned long long)-1 && PyErr_Occurred()) || ptr > UINTPTR_MAX) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "allocated_at(ptr=...) takes an address from 0 to "
+                     "%llu, not %R", (unsigned long long)UINTPTR_MAX, address);
+        goto error;
+    }
+    code = attrib_made_at(source, device, (uintptr_t)ptr, &line);
+    ret = code != NULL ? Py_BuildValue("(Oi)", code, line) : Py_NewRef(Py_None);
+error:
+    Py_XDECREF(code);
+    return ret;
+}
+
 /* atexit: disable every tracer so no hook or tool id outlives us.  Each
  * tracer enabled now is asked once, from a snapshot: a disable() that does
  * not unlink its tracer (one being enabled on another thread refuses), or a
@@ -49,6 +74,9 @@ static PyMethodDef module_methods[] = {
      "'counter', unit 'count' or 'bytes'."},
     {"install_thread_hook", memlab_install_thread_hook, METH_NOARGS,
      "settrace mechanism: hook the calling thread if a tracer is enabled."},
+    {"allocated_at", allocated_at, METH_VARARGS,
+     "allocated_at(source, device, ptr): (code, lineno) of the profiled line that made "
+     "the live block at ptr, or None."},
     {"_shutdown", shutdown, METH_NOARGS, "Disable every tracer (atexit)."},
     {NULL, NULL, 0, NULL},
 };
