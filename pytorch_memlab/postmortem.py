@@ -28,9 +28,9 @@ failing allocation, before any frame unwinds.  A CPU allocation failure
 handler: the CPU allocator caches nothing, so nothing changed in between.  A
 figure that cannot be known is None.
 
-``live_by_line`` (only where the profiler follows allocations one by one, the
-CPU so far, and read at the same moment as ``allocated_bytes``, which it
-splits exactly): what was alive, by where it was made, around the failing
+``live_by_line`` (new in schema version 4; only where the profiler follows
+allocations one by one, the CPU so far, and read at the same moment as
+``allocated_bytes``, which it splits exactly): what was alive, by where it was made, around the failing
 call of the innermost profiled function: ``lines``, what each of its lines
 made during that call (callees included) and still alive, in line order;
 ``before_call``, alive before that call began; ``other_threads``, made by

@@ -212,9 +212,21 @@ def test_saved_and_loaded_and_older_post_mortems_print_without_it(tmp_path):
     saved = load(tmp_path / "oom.json")
     assert saved.stats()[0]["postmortem"] == prof.stats()[0]["postmortem"]
     assert repr(saved) == repr(prof.display())
-    older = dict(prof.stats()[0]["postmortem"])
-    del older["live_by_line"]
-    text = format_postmortem(older, "two_lines_then_fail")
+    doc = json.loads((tmp_path / "oom.json").read_text())
+    assert doc["schema_version"] == 4              # live_by_line is new in version 4
+    doc["schema_version"] = 3                      # as a version 3 writer left it
+    for f in doc["functions"]:
+        del f["postmortem"]["live_by_line"], f["peak"]
+        for line in f["lines"]:
+            del line["held_at_peak"]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    old = load(tmp_path / "old.json")
+    older = old.stats()[0]["postmortem"]
+    assert "live_by_line" not in older
+    assert older == {k: v for k, v in prof.stats()[0]["postmortem"].items()
+                     if k != "live_by_line"}
+    text = repr(old)
+    assert "Out of memory (RuntimeError) in two_lines_then_fail on cpu" in text
     assert "live at the failure" not in text and "largest live tensors on cpu:" in text
 
 

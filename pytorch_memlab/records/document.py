@@ -88,7 +88,10 @@ alive before that call began, ``other_threads`` made by other threads during
 it.  The lines' figures, ``before_call`` and ``other_threads`` sum to
 ``peak.bytes``.  A source that is polled cannot tell: its lines have
 ``"held_at_peak": null`` and the record no ``peak``.  Older files have
-neither key.
+neither key.  Also new in version 4, a ``"postmortem"`` may have
+``"live_by_line"`` (the allocated bytes at the failure by the line that made
+them; see ``pytorch_memlab/postmortem.py``); older post-mortems load and print
+without it.
 """
 from __future__ import annotations
 
