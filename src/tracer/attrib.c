@@ -193,17 +193,31 @@ peak_new(const LineTable *table)
 
 /* ---- events (attrib_lock held) ---- */
 
+/* A block made before we attached (or before its size came) is freed. */
 static void
+free_before(Attrib *a, int64_t size)
+{
+    for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
+        o->before -= size;
+    }
+    a->level -= size;
+}
+
+/* Returns 1 when the block was known (its size too), else 0; a size of -1
+ * (not known yet) leaves an unknown block awaiting its MEMLAB_SIZED. */
+static int
 on_free(Attrib *a, uintptr_t ptr, int64_t size)
 {
     AttribBlock *b = blocks_find(a, ptr);
     if (b == NULL) {
-        /* Made before we attached: alive before every open Call. */
-        for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
-            o->before -= size;
+        if (size < 0) {
+            a->unsized = ptr;
+            a->unsized_event = MEMLAB_FREE;
         }
-        a->level -= size;
-        return;
+        else {
+            free_before(a, size);   /* made before we attached */
+        }
+        return 0;
     }
     size = b->size;
     uint64_t mark = ++a->seq;
@@ -226,6 +240,60 @@ on_free(Attrib *a, uintptr_t ptr, int64_t size)
     a->level -= size;
     call_release(b->call);
     blocks_remove(a, b);
+    return 1;
+}
+
+/* `size` more bytes of block b (seq: when it was made) are alive: charged
+ * to its line and the calling lines above it, to the other open Calls as
+ * alive before them or made by another thread; then the peaks. */
+static void
+charge(Attrib *a, const AttribBlock *b, uint64_t seq, int64_t size)
+{
+    uint64_t mark = ++a->seq;
+    a->level += size;
+    int l = b->line;
+    for (AttribCall *c = b->call; c != NULL; l = c->parent_line, c = c->parent) {
+        c->live[slot_of(c->table, l)] += size;
+        c->mark = mark;
+    }
+    for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
+        if (o->mark == mark) {
+            continue;
+        }
+        if (seq < o->start_seq) {
+            o->before += size;
+        }
+        else {
+            o->other += size;
+        }
+    }
+    for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
+        snapshot_if_higher(a, o);
+    }
+}
+
+/* The awaited size of the last unsized ALLOC or FREE. */
+static void
+on_sized(Attrib *a, uintptr_t ptr, int64_t size)
+{
+    if (a->unsized != ptr || size <= 0) {
+        return;
+    }
+    a->unsized = 0;
+    if (a->unsized_event == MEMLAB_FREE) {
+        free_before(a, size);
+        return;
+    }
+    AttribBlock *b = blocks_find(a, ptr);
+    if (b == NULL) {
+        /* Its slot could not be made (failed), or it was made before we
+         * attached beside another tracer: alive, with no line. */
+        AttribBlock none = {ptr, 0, 0, NULL, -1};
+        charge(a, &none, 0, size);
+        return;
+    }
+    b->size = size;
+    charge(a, b, b->seq, size);
 }
 
 static void
@@ -233,7 +301,7 @@ on_alloc(Attrib *a, uint64_t thread, uintptr_t ptr, int64_t size)
 {
     if (blocks_find(a, ptr) != NULL) {
         /* Its free never reached us: retire the stale block first. */
-        on_free(a, ptr, 0);
+        (void)on_free(a, ptr, 0);
     }
     AttribTop *top = top_of(a, thread);
     /* A thread without Python (autograd's engine) works for the newest open
@@ -243,42 +311,36 @@ on_alloc(Attrib *a, uint64_t thread, uintptr_t ptr, int64_t size)
     if (top == NULL && a->open != NULL && PyGILState_GetThisThreadState() == NULL) {
         call = a->open;
     }
-    int line = call != NULL ? __atomic_load_n(&call->line, __ATOMIC_RELAXED) : -1;
-    uint64_t seq = ++a->seq;
-    a->level += size;
+    AttribBlock made = {ptr, 0, ++a->seq, call,
+                        call != NULL ? __atomic_load_n(&call->line, __ATOMIC_RELAXED) : -1};
     AttribBlock *b = blocks_add(a, ptr);
     if (b == NULL) {
         a->failed = 1;     /* its free will count as "before": say so */
+        made.call = NULL;
     }
     else {
-        b->size = size;
-        b->seq = seq;
-        b->call = call;
-        b->line = line;
+        *b = made;
         if (call != NULL) {
             call->refs++;
         }
     }
-    int l = line;
-    for (AttribCall *c = call; c != NULL; l = c->parent_line, c = c->parent) {
-        c->live[slot_of(c->table, l)] += size;
-        c->mark = seq;
+    if (size == 0) {
+        a->unsized = ptr;      /* charged when its MEMLAB_SIZED comes */
+        a->unsized_event = MEMLAB_ALLOC;
+        return;
     }
-    for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
-        if (o->mark != seq) {
-            o->other += size;
-        }
+    if (b != NULL) {
+        b->size = size;
     }
-    for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
-        snapshot_if_higher(a, o);
-    }
+    charge(a, &made, made.seq, size);
 }
 
-void
-attrib_listener(const char *source, int device, uintptr_t ptr, int64_t size, int alloc)
+int
+attrib_listener(const char *source, int device, uintptr_t ptr, int64_t size, int event)
 {
+    int known = 1;
     if (!__atomic_load_n(&any_attached, __ATOMIC_ACQUIRE) || ptr == 0) {
-        return;
+        return known;
     }
     uint64_t thread = (uint64_t)PyThread_get_thread_ident();
     pthread_mutex_lock(&attrib_lock);
@@ -286,14 +348,34 @@ attrib_listener(const char *source, int device, uintptr_t ptr, int64_t size, int
         if (a->device != device || strcmp(a->source->name, source) != 0) {
             continue;
         }
-        if (alloc) {
+        switch (event) {
+        case MEMLAB_ALLOC:
             on_alloc(a, thread, ptr, size);
-        }
-        else {
-            on_free(a, ptr, size);
+            break;
+        case MEMLAB_FREE:
+            known &= on_free(a, ptr, size);
+            break;
+        case MEMLAB_SIZED:
+            on_sized(a, ptr, size);
+            break;
+        default:
+            break;
         }
     }
     pthread_mutex_unlock(&attrib_lock);
+    return known;
+}
+
+/* Another attached Attrib of the same source and device (attrib_lock held). */
+static Attrib *
+sibling_of(const Attrib *a, const memlab_source *source, int device)
+{
+    for (Attrib *o = attached; o != NULL; o = o->next) {
+        if (o != a && o->device == device && strcmp(o->source->name, source->name) == 0) {
+            return o;
+        }
+    }
+    return NULL;
 }
 
 /* ---- control ---- */
@@ -322,14 +404,27 @@ attrib_attach(Attrib *a, const memlab_source *source, int device)
     a->source = source;
     a->device = device;
     a->failed = 0;
+    a->level = 0;
+    a->unsized = 0;
+    /* A tracer already following this device: the source pushes to it
+     * already; start from its level (and its awaited size), exactly. */
+    Attrib *sibling = sibling_of(a, source, device);
+    if (sibling != NULL) {
+        a->level = sibling->level;
+        a->unsized = sibling->unsized;
+        a->unsized_event = sibling->unsized_event;
+    }
     a->next = attached;
     attached = a;
     a->attached = 1;
     __atomic_store_n(&any_attached, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&attrib_lock);
-    /* Listen after joining the list: a block made in between is counted by
-     * both the level read below and its event, so read the level last and
-     * under the lock. */
+    if (sibling != NULL) {
+        return 0;
+    }
+    /* Outside the lock: listen() may read the allocator, whose own lock a
+     * pushing thread holds while it waits for ours.  `level` is the level
+     * when pushing began; what was pushed since is already in a->level. */
     if (source->listen(device, attrib_listener, &level) < 0) {
         attrib_detach(a);
         PyErr_SetString(PyExc_RuntimeError,
@@ -337,7 +432,7 @@ attrib_attach(Attrib *a, const memlab_source *source, int device)
         return -1;
     }
     pthread_mutex_lock(&attrib_lock);
-    a->level = level;
+    a->level += level;
     pthread_mutex_unlock(&attrib_lock);
     return 0;
 }
@@ -362,6 +457,10 @@ attrib_detach(Attrib *a)
     if (attached == NULL) {
         __atomic_store_n(&any_attached, 0, __ATOMIC_RELEASE);
     }
+    /* The last follower of this device stops the pushes (a source may pay
+     * for them per allocation).  Attach and detach run with the GIL held, so
+     * no attach can slip in between. */
+    int last = sibling_of(a, a->source, a->device) == NULL;
     for (size_t i = 0; i < a->capacity; i++) {
         if (a->blocks[i].ptr != 0) {
             call_release(a->blocks[i].call);
@@ -381,7 +480,12 @@ attrib_detach(Attrib *a)
     free(a->tops);
     a->tops = NULL;
     a->n_tops = a->cap_tops = 0;
+    a->unsized = 0;
     pthread_mutex_unlock(&attrib_lock);
+    if (last) {
+        int64_t unused;
+        (void)a->source->listen(a->device, NULL, &unused);
+    }
 }
 
 AttribCall *

@@ -16,6 +16,11 @@
  * calling line.  A recursive frame of a function already open on the thread
  * makes no Call: its blocks count on the outer frame's calling line.
  *
+ * A source that learns a block's size only at its next event (CUDA: the
+ * allocator's events carry requested sizes, its statistics whole blocks)
+ * reports the block with no size, then MEMLAB_SIZED before anything else
+ * moves the level; the level's course, and so every peak, is unchanged.
+ *
  * Host memory: one entry per live block, one Call per open frame or per
  * frame that still owns a live block, one Peak per function.  Everything is
  * guarded by one process-wide mutex, taken per allocation only while some
@@ -67,6 +72,8 @@ typedef struct Attrib {
     int n_tops;
     int cap_tops;
     int failed;            /* memory ran out: the breakdown is incomplete */
+    uintptr_t unsized;     /* the block whose MEMLAB_SIZED is awaited, or 0 */
+    int unsized_event;     /* its MEMLAB_ALLOC or MEMLAB_FREE */
     struct Attrib *next;   /* Borrowed. the attached list */
 } Attrib;
 
@@ -93,7 +100,6 @@ AttribPeak *attrib_peak_copy(const LineTable *table);
 void attrib_peak_clear(LineTable *table);
 
 /* What the source calls per allocation (memlab_alloc_listener). */
-void attrib_listener(const char *source, int device, uintptr_t ptr, int64_t size,
-                     int alloc);
+int attrib_listener(const char *source, int device, uintptr_t ptr, int64_t size, int event);
 
 #endif /* MEMLAB_ATTRIB_H */

@@ -434,7 +434,8 @@ Tracer_get_peak_unavailable(TracerObject *self, void *closure)
     }
     if (!attrib_offered(self->sampler.source.compiled)) {
         return PyUnicode_FromString("its memory source does not report allocations one "
-                                    "by one (only the CPU source does so far)");
+                                    "by one (a polled source: CUDA columns beyond the "
+                                    "pushed ones, cudaMallocAsync, no compiled shim)");
     }
     if (self->attrib.failed) {
         return PyUnicode_FromString("memory ran out while following allocations");
