@@ -19,6 +19,8 @@ struct AttribCall {
     int64_t before;        /* alive before it began, still alive */
     int64_t other;         /* made by other threads since, still alive */
     uint64_t mark;         /* the event that last walked through it */
+    int first_line;        /* the table's slots when it began: live[]'s */
+    int n_slots;
     AttribCall *next_open; /* Borrowed. the open list, newest first */
     int64_t live[];        /* per line of the table: made there, still alive */
 };
@@ -42,13 +44,14 @@ static int fork_hooked;
 static void lock_for_fork(void) { pthread_mutex_lock(&attrib_lock); }
 static void unlock_after_fork(void) { pthread_mutex_unlock(&attrib_lock); }
 
+/* A Call's slot for `line`.  A line outside the slots the Call was made
+ * with (before the first line event, or a table widened since) counts on its
+ * first slot, the def. */
 static inline int
-slot_of(const LineTable *table, int line)
+slot_of(const AttribCall *c, int line)
 {
-    int s = line - table->first_line;
-    /* A line outside the table (before the first line event) counts on its
-     * first line, the def. */
-    return s >= 0 && s < table->n_slots ? s : 0;
+    int s = line - c->first_line;
+    return s >= 0 && s < c->n_slots ? s : 0;
 }
 
 static void
@@ -176,7 +179,11 @@ snapshot_if_higher(Attrib *a, AttribCall *c)
     p->call = c->call;
     p->before = c->before;
     p->other = c->other;
-    memcpy(p->held, c->live, sizeof(int64_t) * (size_t)p->n_slots);
+    /* Line by line: the table may have widened between the two. */
+    for (int i = 0; i < p->n_slots; i++) {
+        int s = p->first_line + i - c->first_line;
+        p->held[i] = s >= 0 && s < c->n_slots ? c->live[s] : 0;
+    }
 }
 
 static AttribPeak *
@@ -223,7 +230,7 @@ on_free(Attrib *a, uintptr_t ptr, int64_t size)
     uint64_t mark = ++a->seq;
     int line = b->line;
     for (AttribCall *c = b->call; c != NULL; line = c->parent_line, c = c->parent) {
-        c->live[slot_of(c->table, line)] -= size;
+        c->live[slot_of(c, line)] -= size;
         c->mark = mark;
     }
     for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
@@ -253,7 +260,7 @@ charge(Attrib *a, const AttribBlock *b, uint64_t seq, int64_t size)
     a->level += size;
     int l = b->line;
     for (AttribCall *c = b->call; c != NULL; l = c->parent_line, c = c->parent) {
-        c->live[slot_of(c->table, l)] += size;
+        c->live[slot_of(c, l)] += size;
         c->mark = mark;
     }
     for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
@@ -539,6 +546,8 @@ attrib_push(Attrib *a, LineTable *table, int line, int64_t call)
         c->parent_line = __atomic_load_n(&parent->line, __ATOMIC_RELAXED);
     }
     c->table = table;
+    c->first_line = table->first_line;
+    c->n_slots = table->n_slots;
     c->line = line;
     c->thread = thread;
     c->start_seq = a->seq + 1;
