@@ -86,13 +86,16 @@ class Tracer:
         the device changed), or None."""
     def __init__(self, source: Any, device: int, columns: Sequence[str],
                  growth_field: str | None = None, curve: str | int | None = None,
-                 curve_columns: tuple[str | None, str | None] | None = None) -> None:
+                 curve_columns: tuple[str | None, str | None] | None = None,
+                 follow_blocks: bool = True) -> None:
         """ValueError naming the valid fields if a column is unknown.
         ``curve``: which outermost call of each registered function to keep
         the line events of ("peak", "first", "last", a call number >= 1, or
         None: none); ``curve_columns``: (column read as the reserved level,
         column read as the line's peak), each a column or None (then the
-        growth field's level)."""
+        growth field's level); ``follow_blocks``: follow each allocation for
+        ``peaks()`` when the source pushes them (False: the benchmark's
+        baseline)."""
     def add_code(self, code: CodeType, /) -> None: ...
     def codes(self) -> list[CodeType]: ...
     def enable(self) -> None: ...

@@ -1,8 +1,9 @@
 """What was alive at the peak, on CUDA (issue 26): skipped without a GPU, run
-on the device.  The CUDA sources do not yet report allocations one by one, so
-today a CUDA profile must show empty held_at_peak cells and say why (never a
-wrong number); the exact case is marked xfail(strict) until they do, so that
-it turns into a failure to notice (XPASS) the day they do."""
+on the device.  Figures are whole allocator blocks, as active_bytes counts
+them; every breakdown is checked to sum to the peak its table shows.  Prints
+the figures it checks."""
+import threading
+
 import pytest
 
 from helpers import MiB, line_of
@@ -13,47 +14,200 @@ if not torch.cuda.is_available():
 
 from pytorch_memlab import LineProfiler  # noqa: E402
 
+pytestmark = pytest.mark.cuda
+PEAK = "active_bytes.all.peak"
+
+
+def breakdown(prof, func):
+    """(record["peak"], {lineno: held}) of ``func``, checked: the parts sum to
+    the peak, which is the highest peak its table shows."""
+    torch.cuda.synchronize()
+    record = prof.stats(func)[0]
+    peak = record["peak"]
+    held = {line["lineno"]: line["held_at_peak"] for line in record["lines"]
+            if line["held_at_peak"]}
+    print(func.__name__, peak, held)
+    assert sum(held.values()) + peak["before_call"] + peak["other_threads"] == peak["bytes"]
+    assert peak["bytes"] == max(line[PEAK] for line in record["lines"] if line[PEAK] is not None)
+    return peak, held
+
+
+def u8(n):
+    return torch.empty(n, dtype=torch.uint8, device="cuda")
+
 
 def issue_case():
-    a = torch.empty(4 * MiB, dtype=torch.uint8, device="cuda")    # A: kept
-    b = torch.empty(16 * MiB, dtype=torch.uint8, device="cuda")   # B: a temporary
-    del b; c = torch.empty(2 * MiB, dtype=torch.uint8, device="cuda")   # C
+    a = u8(4 * MiB)                  # A: kept
+    b = u8(16 * MiB)                 # B: a temporary
+    del b; c = u8(2 * MiB)           # C
     return a, c
 
 
 def caller():
-    kept = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+    kept = u8(MiB)
     return kept, issue_case()
 
 
-def profiled():
+def test_cuda_issue_case_in_blocks():
+    torch.cuda.empty_cache()         # fresh segments: each block is its request
     prof = LineProfiler(issue_case, device="cuda")
     with prof:
         caller()
-    torch.cuda.synchronize()
-    return prof.stats()[0]
+    peak, held = breakdown(prof, issue_case)
+    assert peak["lineno"] == line_of(issue_case, "# B") and peak["call"] == 1
+    assert held == {line_of(issue_case, "# A"): 4 * MiB, line_of(issue_case, "# B"): 16 * MiB}
+    assert peak["other_threads"] == 0
+    text = repr(prof.display())
+    assert f"\npeak {peak['bytes'] / MiB:.2f}M on line {line_of(issue_case, '# B')} (call 1): " \
+        in text
 
 
-def test_cuda_cells_are_empty_and_the_note_says_why():
-    record = profiled()
+def test_cuda_an_unsplit_block_counts_whole():
+    """A request served by a cached block too big to split counts as the
+    whole block, as active_bytes does (not the requested size)."""
+    torch.cuda.empty_cache()
+    spare = u8(20 * MiB - 512 * 1024)            # then freed: a cached 20 MiB block
+    del spare
+
+    def take():
+        x = u8(19 * MiB)                          # remainder 1 MiB: not split
+        return x
+
+    active = "active_bytes.all.current"
+    prof = LineProfiler(take, device="cuda")
+    with prof:
+        before = torch.cuda.memory_stats()[active]
+        x = take()
+        block = torch.cuda.memory_stats()[active] - before
+    peak, held = breakdown(prof, take)
+    del x
+    print("requested", 19 * MiB, "block", block)
+    assert block == 20 * MiB
+    assert held == {line_of(take, "# remainder"): block}
+
+
+def outer():
+    a = u8(MiB)                      # outer first
+    b = inner()                      # outer calls
+    return a, b
+
+
+def inner():
+    t = u8(8 * MiB)                  # inner temporary
+    del t
+    return u8(2 * MiB)
+
+
+def test_cuda_nested_and_recursive():
+    torch.cuda.empty_cache()
+    prof = LineProfiler(outer, inner, device="cuda")
+    with prof:
+        outer()
+    peak, held = breakdown(prof, outer)
+    assert held == {line_of(outer, "# outer first"): MiB, line_of(outer, "# outer calls"): 8 * MiB}
+    inner_peak, inner_held = breakdown(prof, inner)
+    assert inner_held == {line_of(inner, "# inner temporary"): 8 * MiB}
+    assert inner_peak["before_call"] == peak["before_call"] + MiB
+
+
+def waits_for_the_other_thread(entered, made, go_on):
+    a = u8(MiB)                      # own
+    entered.set()
+    made.wait(30)                    # wait
+    b = u8(2 * MiB)                  # after
+    go_on.set()
+    return a, b
+
+
+def test_cuda_another_threads_bytes_are_other_threads():
+    torch.cuda.empty_cache()
+    entered, made, go_on = threading.Event(), threading.Event(), threading.Event()
+    held_by_thread = []
+
+    def other():
+        entered.wait(30)
+        held_by_thread.append(u8(8 * MiB))
+        made.set()
+        go_on.wait(30)
+
+    prof = LineProfiler(waits_for_the_other_thread, device="cuda")
+    with prof:
+        worker = threading.Thread(target=other)
+        worker.start()
+        waits_for_the_other_thread(entered, made, go_on)
+        worker.join()
+    peak, held = breakdown(prof, waits_for_the_other_thread)
+    assert peak["other_threads"] == 8 * MiB
+    assert held == {line_of(waits_for_the_other_thread, "# own"): MiB,
+                    line_of(waits_for_the_other_thread, "# after"): 2 * MiB}
+
+
+def train_step(model, optimizer, x):
+    out = model(x)                                  # forward
+    loss = out.float().square().mean()
+    loss.backward()                                 # backward
+    optimizer.step()                                # step
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+def test_cuda_mlp_adam_step():
+    """backward's peak holds the forward line's saved activations (made by
+    autograd's device thread, which runs no Python: charged to the line);
+    the first call's optimizer.step() line holds the Adam state it made."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 64)).cuda()
+    optimizer = torch.optim.Adam(model.parameters())
+    x = torch.randn(8192, 64, device="cuda")
+    prof = LineProfiler(train_step, device="cuda")
+    with prof:
+        train_step(model, optimizer, x)
+    peak, held = breakdown(prof, train_step)
+    params = sum(p.numel() * 4 for p in model.parameters())
+    assert peak["other_threads"] == 0
+    assert held.get(line_of(train_step, "# forward"), 0) >= 8 * MiB   # ReLU's output at least
+    assert peak["before_call"] >= params
+    step_line = line_of(train_step, "# step")
+    record = prof.stats(train_step)[0]
+    grew = next(line for line in record["lines"] if line["lineno"] == step_line)
+    assert grew["active_bytes.all.net_growth"] >= 2 * params      # exp_avg, exp_avg_sq
+
+
+def encoder_step(layer, optimizer, x):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y = layer(x)                                # forward
+    loss = y.float().square().mean()
+    loss.backward()                                 # backward
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+def test_cuda_bf16_transformer_encoder_step_sums_to_its_peak():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d_model=256, nhead=8, dim_feedforward=1024,
+                                             batch_first=True).cuda()
+    optimizer = torch.optim.AdamW(layer.parameters())
+    x = torch.randn(32, 128, 256, device="cuda")
+    prof = LineProfiler(encoder_step, device="cuda")
+    with prof:
+        for _ in range(3):
+            encoder_step(layer, optimizer, x)
+    peak, held = breakdown(prof, encoder_step)
+    assert peak["other_threads"] == 0
+    assert held.get(line_of(encoder_step, "# forward"), 0) > 0
+    prof.print_stats()
+
+
+def test_cuda_polled_columns_leave_the_cells_empty_and_say_why():
+    prof = LineProfiler(issue_case, device="cuda",
+                        columns=("active_bytes.all.peak", "inactive_split_bytes.all.peak"))
+    with prof:
+        caller()
+    record = prof.stats()[0]
     assert "peak" not in record
     assert all(line["held_at_peak"] is None for line in record["lines"])
-    prof = LineProfiler(issue_case, device="cuda")
-    with prof:
-        caller()
+    text = repr(prof.display())
     assert "held at peak: not known, its memory source does not report allocations one by one" \
-        in repr(prof.display())
-
-
-@pytest.mark.xfail(strict=True, reason="the CUDA sources do not push allocations yet")
-def test_cuda_issue_case_in_blocks():
-    record = profiled()
-    peak = record["peak"]
-    held = {line["lineno"]: line["held_at_peak"] for line in record["lines"]
-            if line["held_at_peak"]}
-    # sizes of 1 MiB multiples are whole blocks of the caching allocator
-    assert peak["lineno"] == line_of(issue_case, "# B")
-    assert held == {line_of(issue_case, "# A"): 4 * MiB, line_of(issue_case, "# B"): 16 * MiB}
-    assert sum(held.values()) + peak["before_call"] + peak["other_threads"] == peak["bytes"]
-    assert peak["bytes"] == max(line["active_bytes.all.peak"] for line in record["lines"]
-                                if line["active_bytes.all.peak"] is not None)
+        in text

@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-#define MEMLAB_SOURCE_ABI_VERSION 4
+#define MEMLAB_SOURCE_ABI_VERSION 5
 #define MEMLAB_SOURCE_CAPSULE "pytorch_memlab.memlab_source"
 
 /* What one reading of a field means: the tracer folds it by its kind and
@@ -28,13 +28,27 @@ typedef enum {
     MEMLAB_BYTES = 1,
 } memlab_field_unit;
 
+/* What a listener is told about one block. */
+typedef enum {
+    MEMLAB_FREE = 0,     /* freed; size is its size, or -1 when the source
+                            cannot tell yet (a MEMLAB_SIZED follows when the
+                            listener returns 0) */
+    MEMLAB_ALLOC = 1,    /* allocated; size is its size, or 0 when the
+                            source cannot tell yet (a MEMLAB_SIZED follows) */
+    MEMLAB_SIZED = 2,    /* the size of the block of the source's last FREE /
+                            ALLOC that carried none, reported before any
+                            other event of that device and on any thread */
+} memlab_alloc_event;
+
 /* Called by a source for each block it counts, on the thread that allocates
- * or frees it, without the GIL (perhaps under the allocator's own lock):
- * `source` is the source's name, `size` is in the units of its active bytes,
- * `alloc` is 1 for an allocation, 0 for a free.  Must not block on anything
- * but a short lock, allocate through torch, or throw. */
-typedef void (*memlab_alloc_listener)(const char *source, int device, uintptr_t ptr,
-                                      int64_t size, int alloc);
+ * or frees it (MEMLAB_SIZED: any thread), without the GIL (perhaps under the
+ * allocator's own lock): `source` is the source's name, `size` is in the
+ * units of its active bytes, `event` a memlab_alloc_event.  Returns 1 when a
+ * MEMLAB_FREE of unknown size needs no MEMLAB_SIZED (the listener knew the
+ * block), else 0.  Must not block on anything but a short lock, allocate
+ * through torch, or throw. */
+typedef int (*memlab_alloc_listener)(const char *source, int device, uintptr_t ptr,
+                                     int64_t size, int event);
 
 typedef struct memlab_field {
     const char *name;    /* e.g. "active_bytes.all.peak" */

@@ -18,6 +18,8 @@ static const memlab_field manual_fields[] = {
 /* current, peak, allocated, freed: one device only. */
 static int64_t manual_state[N_MANUAL];
 
+static PyObject *manual_alloc(PyObject *module, PyObject *arg);
+
 static int
 manual_prepare(int device, char *err, int err_len)
 {
@@ -47,6 +49,45 @@ static const memlab_source manual_source = {
     manual_prepare, manual_sample, manual_reset_peaks,
 };
 
+/* "deferred": the manual readings, with each block pushed the way the CUDA
+ * source pushes it (cuda_push_source.cpp): at its event with no size, its
+ * size at the next event or reading.  Lets CI test that protocol. */
+static memlab_alloc_listener deferred_listener;
+static int deferred_unsized = -1;   /* MEMLAB_ALLOC, MEMLAB_FREE, or -1 */
+static uintptr_t deferred_ptr;
+static int64_t deferred_size;
+
+static void
+deferred_settle(void)
+{
+    if (deferred_unsized >= 0 && deferred_listener != NULL) {
+        (void)deferred_listener("deferred", 0, deferred_ptr, deferred_size, MEMLAB_SIZED);
+    }
+    deferred_unsized = -1;
+}
+
+static int
+deferred_sample(int device, int64_t *out)
+{
+    deferred_settle();
+    return manual_sample(device, out);
+}
+
+static int
+deferred_listen(int device, memlab_alloc_listener listener, int64_t *level)
+{
+    deferred_listener = listener;
+    deferred_unsized = -1;
+    *level = manual_state[0];
+    return 0;
+}
+
+static const memlab_source deferred_source = {
+    MEMLAB_SOURCE_ABI_VERSION, "deferred", N_MANUAL, manual_fields,
+    manual_prepare, deferred_sample, manual_reset_peaks, NULL, NULL, NULL,
+    deferred_listen,
+};
+
 /* manual_alloc(n): n > 0 allocates n bytes, n < 0 frees -n bytes. */
 static PyObject *
 manual_alloc(PyObject *module, PyObject *arg)
@@ -72,13 +113,61 @@ static PyObject *
 manual_reset(PyObject *module, PyObject *unused)
 {
     memset(manual_state, 0, sizeof(manual_state));
+    deferred_unsized = -1;
     Py_RETURN_NONE;
+}
+
+/* deferred_block(ptr, n): n > 0 allocates block ptr of n bytes, n < 0 frees
+ * it; the readings move as manual_alloc(n) moves them. */
+static PyObject *
+deferred_block(PyObject *module, PyObject *args)
+{
+    unsigned long long ptr;
+    long long n;
+    if (!PyArg_ParseTuple(args, "KL:deferred_block", &ptr, &n)) {
+        return NULL;
+    }
+    if (ptr == 0 || n == 0) {
+        PyErr_SetString(PyExc_ValueError, "deferred_block: ptr and n must be non-zero");
+        return NULL;
+    }
+    deferred_settle();
+    int unsized = -1;
+    if (deferred_listener != NULL) {
+        if (n > 0) {
+            (void)deferred_listener("deferred", 0, (uintptr_t)ptr, 0, MEMLAB_ALLOC);
+            unsized = MEMLAB_ALLOC;
+        }
+        else if (deferred_listener("deferred", 0, (uintptr_t)ptr, -1, MEMLAB_FREE) == 0) {
+            unsized = MEMLAB_FREE;
+        }
+    }
+    PyObject *moved = PyLong_FromLongLong(n);
+    if (moved == NULL) {
+        return NULL;
+    }
+    PyObject *rc = manual_alloc(module, moved);
+    Py_DECREF(moved);
+    deferred_unsized = unsized;
+    deferred_ptr = (uintptr_t)ptr;
+    deferred_size = n > 0 ? n : -n;
+    return rc;
+}
+
+static PyObject *
+deferred_listening(PyObject *module, PyObject *unused)
+{
+    return PyBool_FromLong(deferred_listener != NULL);
 }
 
 static PyMethodDef manual_methods[] = {
     {"manual_alloc", manual_alloc, METH_O,
      "Manual source: n > 0 allocates n bytes, n < 0 frees -n."},
     {"manual_reset", manual_reset, METH_NOARGS, "Manual source: all readings to 0."},
+    {"deferred_block", deferred_block, METH_VARARGS,
+     "Deferred source: block ptr of n > 0 bytes made, or n < 0 freed; sized later."},
+    {"deferred_listening", deferred_listening, METH_NOARGS,
+     "Deferred source: whether a listener is set."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -90,6 +179,15 @@ testsource_exec(PyObject *module)
         return -1;
     }
     int rc = PyModule_AddObjectRef(module, "manual_source", capsule);
+    Py_DECREF(capsule);
+    if (rc < 0) {
+        return -1;
+    }
+    capsule = PyCapsule_New((void *)&deferred_source, MEMLAB_SOURCE_CAPSULE, NULL);
+    if (capsule == NULL) {
+        return -1;
+    }
+    rc = PyModule_AddObjectRef(module, "deferred_source", capsule);
     Py_DECREF(capsule);
     return rc;
 }

@@ -138,7 +138,8 @@ std::atomic<memlab_alloc_listener> g_listener{nullptr};
 void tell(void *ptr, std::size_t size, int alloc) noexcept {
     memlab_alloc_listener fn = g_listener.load(std::memory_order_acquire);
     if (fn != nullptr)
-        fn("cpu", 0, reinterpret_cast<uintptr_t>(ptr), static_cast<int64_t>(size), alloc);
+        (void)fn("cpu", 0, reinterpret_cast<uintptr_t>(ptr), static_cast<int64_t>(size),
+                 alloc ? MEMLAB_ALLOC : MEMLAB_FREE);
 }
 
 // The one deleter of every block the wrapper hands out.  Unknown pointers

@@ -40,7 +40,17 @@
 // level-moving event happened on the device since its previous read.
 //
 // The tracker cannot be detached, so one atomic flag makes it return at once
-// while no reader is open.
+// while no reader is open and no tracer follows blocks.
+//
+// Per-block push (source.h's listen, for the breakdown of the peak): the
+// events carry requested sizes, so each block reaches the listener at its
+// ALLOC / FREE_COMPLETED with no size, and its size -- the step of the
+// cumulative active_bytes .allocated / .freed, which move right after that
+// callback -- at the device's next event or next read, whichever comes
+// first.  Nothing moves the active level in between, so the course of the
+// level the listener rebuilds, and every peak on it, is exact.  The figures
+// read for one event serve the next, so a loop of `x = x + 1` reads the
+// statistics no more often than it does without the push.
 #include "compat.h"
 #include "shim.h"
 
@@ -53,6 +63,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace {
@@ -145,6 +156,46 @@ struct Mine {
 };
 thread_local Mine t_mine[kMaxDevices];
 
+// The last pushed block whose size is not yet known.
+enum Unsized { NONE = 0, UNSIZED_ALLOC, UNSIZED_FREE };
+
+// One device's per-block push.  Guarded by busy (taken under the allocator's
+// mutex by the tracker, and without it by read() and listen()).
+struct Pushing {
+    std::atomic<bool> following{false};  // the tracker calls push()
+    std::atomic<memlab_alloc_listener> listener{nullptr};
+    std::atomic<bool> busy{false};
+    uint64_t events = 0;       // events seen while following
+    int unsized = NONE;
+    uintptr_t ptr = 0;
+    int64_t base = 0;          // its cumulative figure before it
+    // Cumulative active_bytes .allocated / .freed as of now, when known (no
+    // ALLOC / FREE_COMPLETED since they were read).
+    bool allocated_known = false, freed_known = false;
+    int64_t allocated = 0, freed = 0;
+
+    // Sizes the unsized block from stats read after its event.  busy held.
+    void settle(int device, const DeviceStats &stats) noexcept {
+        if (unsized == NONE)
+            return;
+        const auto &active = stats.active_bytes[kAll];
+        const int64_t now = unsized == UNSIZED_ALLOC ? active.allocated : active.freed;
+        if (now <= base)
+            return;  // stats from before its event (a read racing with it)
+        if (memlab_alloc_listener fn = listener.load(std::memory_order_relaxed))
+            (void)fn("cuda", device, ptr, now - base, MEMLAB_SIZED);
+        unsized = NONE;
+    }
+
+    void know(const DeviceStats &stats) noexcept {
+        allocated = stats.active_bytes[kAll].allocated;
+        freed = stats.active_bytes[kAll].freed;
+        allocated_known = freed_known = true;
+    }
+};
+
+std::atomic<int> g_pushing{0};  // devices with a listener
+
 // One device's readers.
 struct Device {
     std::atomic<uint64_t> open{0};     // bit i: registers[i] in use
@@ -157,6 +208,49 @@ struct Device {
     std::atomic<unsigned> pending{0};
     std::atomic<uint64_t> changes{0};  // level-moving events seen while armed
     ReaderCache caches[kMaxReaders];
+    Pushing pushing;
+
+    // The tracker's part of the push, at an event under the allocator's
+    // mutex; `stats` reads the device's statistics (once per event).
+    template <class Stats>
+    void push(int device, const TraceEntry &e, Stats &&stats) noexcept {
+        SpinGuard guard(pushing.busy);
+        Pushing &p = pushing;
+        ++p.events;
+        memlab_alloc_listener fn = p.listener.load(std::memory_order_relaxed);
+        if (fn == nullptr)
+            return;
+        const bool alloc = e.action_ == TraceEntry::ALLOC;
+        if (!alloc && e.action_ != TraceEntry::FREE_COMPLETED)
+            return;  // moves no active bytes
+        if (p.unsized != NONE || !(alloc ? p.allocated_known : p.freed_known)) {
+            const DeviceStats &now = stats();
+            p.settle(device, now);
+            p.know(now);
+            p.unsized = NONE;  // (settled; never left for the wrong block)
+        }
+        const auto ptr = static_cast<uintptr_t>(e.addr_);
+        if (alloc) {
+            (void)fn("cuda", device, ptr, 0, MEMLAB_ALLOC);
+            p.unsized = UNSIZED_ALLOC;
+            p.base = p.allocated;
+            p.allocated_known = false;
+        } else {
+            p.base = p.freed;
+            p.freed_known = false;
+            if (fn("cuda", device, ptr, -1, MEMLAB_FREE) == 0)
+                p.unsized = UNSIZED_FREE;
+        }
+        p.ptr = ptr;
+    }
+
+    // The read()/sample() part: sizes the last block if its event is over.
+    void settle_pushed(int device, const DeviceStats &stats) noexcept {
+        if (pushing.listener.load(std::memory_order_acquire) == nullptr)
+            return;
+        SpinGuard guard(pushing.busy);
+        pushing.settle(device, stats);
+    }
 
     void raise_readers(const int64_t *levels) noexcept {
         uint64_t bits = open.load(std::memory_order_acquire);
@@ -233,15 +327,33 @@ bool g_attached = false;           // guarded by g_control
 
 // Under the allocator's device mutex, on the allocating or freeing thread.
 void on_trace(const TraceEntry &e) {
-    if (!g_armed.load(std::memory_order_acquire))
+    const bool armed = g_armed.load(std::memory_order_acquire);
+    if (!armed && g_pushing.load(std::memory_order_acquire) == 0)
         return;
     const int d = static_cast<int>(e.device_);
     if (d < 0 || d >= kMaxDevices)
         return;
     Device &dev = g_devices[d];
-    if (dev.open.load(std::memory_order_acquire) == 0)
+    const bool reading = armed && dev.open.load(std::memory_order_acquire) != 0;
+    const bool pushing = dev.pushing.following.load(std::memory_order_acquire);
+    if (!reading && !pushing)
         return;
     try {
+        std::optional<DeviceStats> read_once;
+        auto stats = [&]() -> const DeviceStats & {
+            if (!read_once)
+                read_once.emplace(cca::getDeviceStats(e.device_));
+            return *read_once;
+        };
+        if (pushing)
+            dev.push(d, e, stats);
+        if (!reading) {
+            // Readers opened later poll afresh; a read skips its poll only
+            // while nothing moved, and an unsized block counts as moving.
+            if (e.action_ == TraceEntry::ALLOC || e.action_ == TraceEntry::FREE_COMPLETED)
+                dev.changes.fetch_add(1, std::memory_order_release);
+            return;
+        }
         const unsigned pending = dev.pending.load(std::memory_order_relaxed);
         const bool counting = dev.counting.readers.load(std::memory_order_acquire) > 0;
         switch (e.action_) {
@@ -250,24 +362,21 @@ void on_trace(const TraceEntry &e) {
             dev.pending.store(pending | RESERVED_ROSE, std::memory_order_relaxed);
             break;
         case TraceEntry::ALLOC:
-            if (counting || (pending & RESERVED_ROSE) != 0) {
-                const DeviceStats stats = cca::getDeviceStats(e.device_);
-                if ((pending & RESERVED_ROSE) != 0)
-                    dev.observe(stats);
-                if (counting)
-                    dev.count_alloc(d, stats.allocated_bytes[kAll].allocated);
-            }
+            if ((pending & RESERVED_ROSE) != 0)
+                dev.observe(stats());
+            if (counting)
+                dev.count_alloc(d, stats().allocated_bytes[kAll].allocated);
             dev.pending.fetch_or(ACTIVE_ROSE, std::memory_order_relaxed);
             break;
         case TraceEntry::FREE_REQUESTED:  // moves no level
             if (counting)
-                dev.count_free(d, cca::getDeviceStats(e.device_).allocated_bytes[kAll].freed);
+                dev.count_free(d, stats().allocated_bytes[kAll].freed);
             return;
         case TraceEntry::FREE_COMPLETED:
         case TraceEntry::SEGMENT_FREE:
         case TraceEntry::SEGMENT_UNMAP:
             if (pending != 0)
-                dev.observe(cca::getDeviceStats(e.device_));
+                dev.observe(stats());
             break;
         default:  // OOM, SNAPSHOT...: no level moves
             return;
@@ -340,6 +449,7 @@ int open_reader(int device, bool counted) noexcept {
         return -1;
     try {
         const DeviceStats stats = cca::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+        g_devices[device].settle_pushed(device, stats);
         std::lock_guard<std::mutex> lock(g_control);
         if (!g_attached)
             return -1;
@@ -414,7 +524,9 @@ void read_levels(int device, int reader, int64_t *out) {
     // next read poll again, never reuse a stale level.
     const uint64_t changes = dev.changes.load(std::memory_order_acquire);
     if (!cache.valid || cache.seen != changes) {
-        levels_of(cca::getDeviceStats(static_cast<c10::DeviceIndex>(device)), cache.levels);
+        const DeviceStats stats = cca::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+        levels_of(stats, cache.levels);
+        dev.settle_pushed(device, stats);
         cache.seen = changes;
         cache.valid = true;
     }
@@ -475,6 +587,52 @@ int counted_read(int device, int reader, int64_t *out) noexcept {
         out[6] = levels[2];
         out[7] = levels[3];
         return 0;
+    } catch (...) {
+        return -1;
+    }
+}
+
+// source.h's listen.  The level returned is the active level at the moment
+// the listener was set: read with no event in between (else read again), as
+// the allocator's mutex cannot be held here.
+int push_listen(int device, memlab_alloc_listener listener, int64_t *level) noexcept {
+    if (!valid_device(device))
+        return -1;
+    try {
+        std::lock_guard<std::mutex> lock(g_control);
+        if (!g_attached)
+            return -1;
+        Pushing &p = g_devices[device].pushing;
+        if (listener == nullptr) {
+            {
+                SpinGuard guard(p.busy);
+                p.listener.store(nullptr, std::memory_order_release);
+                p.unsized = NONE;
+            }
+            if (p.following.exchange(false, std::memory_order_acq_rel))
+                g_pushing.fetch_sub(1, std::memory_order_acq_rel);
+            return 0;
+        }
+        // From here the tracker counts events (pushing none while no listener).
+        if (!p.following.exchange(true, std::memory_order_acq_rel))
+            g_pushing.fetch_add(1, std::memory_order_acq_rel);
+        for (int attempt = 0; attempt < 1000; ++attempt) {
+            uint64_t seen;
+            {
+                SpinGuard guard(p.busy);
+                seen = p.events;
+            }
+            const DeviceStats stats = cca::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+            SpinGuard guard(p.busy);
+            if (p.events != seen)
+                continue;  // an event came in between: read again
+            p.listener.store(listener, std::memory_order_release);
+            p.unsized = NONE;
+            p.know(stats);
+            *level = stats.active_bytes[kAll].current;
+            return 0;
+        }
+        return -1;  // never a quiet moment: refuse rather than guess
     } catch (...) {
         return -1;
     }
@@ -543,6 +701,7 @@ int sample_stats(int device, int64_t *out) noexcept {
         const DeviceStats stats = cca::getDeviceStats(static_cast<c10::DeviceIndex>(device));
         for (std::size_t i = 0; i < N; ++i)
             out[i] = (stats.*(Refs[i].stat))[kAll].*(Refs[i].figure);
+        g_devices[device].settle_pushed(device, stats);
         return 0;
     } catch (...) {
         return -1;
@@ -564,7 +723,7 @@ const memlab_source kPushSource = {
     push_open_reader,
     close_reader,
     push_read,
-    nullptr,  // listen: blocks are not yet reported one by one (issue 26)
+    push_listen,
 };
 
 const memlab_source kCountedSource = {
@@ -578,7 +737,7 @@ const memlab_source kCountedSource = {
     counted_open_reader,
     close_reader,
     counted_read,
-    nullptr,  // listen: blocks are not yet reported one by one (issue 26)
+    push_listen,
 };
 
 }  // namespace

@@ -19,6 +19,8 @@ struct AttribCall {
     int64_t before;        /* alive before it began, still alive */
     int64_t other;         /* made by other threads since, still alive */
     uint64_t mark;         /* the event that last walked through it */
+    int first_line;        /* the table's slots when it began: live[]'s */
+    int n_slots;
     AttribCall *next_open; /* Borrowed. the open list, newest first */
     int64_t live[];        /* per line of the table: made there, still alive */
 };
@@ -42,12 +44,21 @@ static int fork_hooked;
 static void lock_for_fork(void) { pthread_mutex_lock(&attrib_lock); }
 static void unlock_after_fork(void) { pthread_mutex_unlock(&attrib_lock); }
 
+/* A Call's slot for `line`.  A line outside the slots the Call was made
+ * with (before the first line event, or a table widened since) counts on its
+ * first slot, the def. */
 static inline int
-slot_of(const LineTable *table, int line)
+slot_of(const AttribCall *c, int line)
+{
+    int s = line - c->first_line;
+    return s >= 0 && s < c->n_slots ? s : 0;
+}
+
+/* The same, for the table's slots now. */
+static inline int
+table_slot(const LineTable *table, int line)
 {
     int s = line - table->first_line;
-    /* A line outside the table (before the first line event) counts on its
-     * first line, the def. */
     return s >= 0 && s < table->n_slots ? s : 0;
 }
 
@@ -176,7 +187,11 @@ snapshot_if_higher(Attrib *a, AttribCall *c)
     p->call = c->call;
     p->before = c->before;
     p->other = c->other;
-    memcpy(p->held, c->live, sizeof(int64_t) * (size_t)p->n_slots);
+    /* Line by line: the table may have widened between the two. */
+    for (int i = 0; i < p->n_slots; i++) {
+        int s = p->first_line + i - c->first_line;
+        p->held[i] = s >= 0 && s < c->n_slots ? c->live[s] : 0;
+    }
 }
 
 static AttribPeak *
@@ -193,23 +208,37 @@ peak_new(const LineTable *table)
 
 /* ---- events (attrib_lock held) ---- */
 
+/* A block made before we attached (or before its size came) is freed. */
 static void
+free_before(Attrib *a, int64_t size)
+{
+    for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
+        o->before -= size;
+    }
+    a->level -= size;
+}
+
+/* Returns 1 when the block was known (its size too), else 0; a size of -1
+ * (not known yet) leaves an unknown block awaiting its MEMLAB_SIZED. */
+static int
 on_free(Attrib *a, uintptr_t ptr, int64_t size)
 {
     AttribBlock *b = blocks_find(a, ptr);
     if (b == NULL) {
-        /* Made before we attached: alive before every open Call. */
-        for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
-            o->before -= size;
+        if (size < 0) {
+            a->unsized = ptr;
+            a->unsized_event = MEMLAB_FREE;
         }
-        a->level -= size;
-        return;
+        else {
+            free_before(a, size);   /* made before we attached */
+        }
+        return 0;
     }
     size = b->size;
     uint64_t mark = ++a->seq;
     int line = b->line;
     for (AttribCall *c = b->call; c != NULL; line = c->parent_line, c = c->parent) {
-        c->live[slot_of(c->table, line)] -= size;
+        c->live[slot_of(c, line)] -= size;
         c->mark = mark;
     }
     for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
@@ -226,6 +255,60 @@ on_free(Attrib *a, uintptr_t ptr, int64_t size)
     a->level -= size;
     call_release(b->call);
     blocks_remove(a, b);
+    return 1;
+}
+
+/* `size` more bytes of block b (seq: when it was made) are alive: charged
+ * to its line and the calling lines above it, to the other open Calls as
+ * alive before them or made by another thread; then the peaks. */
+static void
+charge(Attrib *a, const AttribBlock *b, uint64_t seq, int64_t size)
+{
+    uint64_t mark = ++a->seq;
+    a->level += size;
+    int l = b->line;
+    for (AttribCall *c = b->call; c != NULL; l = c->parent_line, c = c->parent) {
+        c->live[slot_of(c, l)] += size;
+        c->mark = mark;
+    }
+    for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
+        if (o->mark == mark) {
+            continue;
+        }
+        if (seq < o->start_seq) {
+            o->before += size;
+        }
+        else {
+            o->other += size;
+        }
+    }
+    for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
+        snapshot_if_higher(a, o);
+    }
+}
+
+/* The awaited size of the last unsized ALLOC or FREE. */
+static void
+on_sized(Attrib *a, uintptr_t ptr, int64_t size)
+{
+    if (a->unsized != ptr || size <= 0) {
+        return;
+    }
+    a->unsized = 0;
+    if (a->unsized_event == MEMLAB_FREE) {
+        free_before(a, size);
+        return;
+    }
+    AttribBlock *b = blocks_find(a, ptr);
+    if (b == NULL) {
+        /* Its slot could not be made (failed), or it was made before we
+         * attached beside another tracer: alive, with no line. */
+        AttribBlock none = {ptr, 0, 0, NULL, -1};
+        charge(a, &none, 0, size);
+        return;
+    }
+    b->size = size;
+    charge(a, b, b->seq, size);
 }
 
 static void
@@ -233,7 +316,7 @@ on_alloc(Attrib *a, uint64_t thread, uintptr_t ptr, int64_t size)
 {
     if (blocks_find(a, ptr) != NULL) {
         /* Its free never reached us: retire the stale block first. */
-        on_free(a, ptr, 0);
+        (void)on_free(a, ptr, 0);
     }
     AttribTop *top = top_of(a, thread);
     /* A thread without Python (autograd's engine) works for the newest open
@@ -243,42 +326,36 @@ on_alloc(Attrib *a, uint64_t thread, uintptr_t ptr, int64_t size)
     if (top == NULL && a->open != NULL && PyGILState_GetThisThreadState() == NULL) {
         call = a->open;
     }
-    int line = call != NULL ? __atomic_load_n(&call->line, __ATOMIC_RELAXED) : -1;
-    uint64_t seq = ++a->seq;
-    a->level += size;
+    AttribBlock made = {ptr, 0, ++a->seq, call,
+                        call != NULL ? __atomic_load_n(&call->line, __ATOMIC_RELAXED) : -1};
     AttribBlock *b = blocks_add(a, ptr);
     if (b == NULL) {
         a->failed = 1;     /* its free will count as "before": say so */
+        made.call = NULL;
     }
     else {
-        b->size = size;
-        b->seq = seq;
-        b->call = call;
-        b->line = line;
+        *b = made;
         if (call != NULL) {
             call->refs++;
         }
     }
-    int l = line;
-    for (AttribCall *c = call; c != NULL; l = c->parent_line, c = c->parent) {
-        c->live[slot_of(c->table, l)] += size;
-        c->mark = seq;
+    if (size == 0) {
+        a->unsized = ptr;      /* charged when its MEMLAB_SIZED comes */
+        a->unsized_event = MEMLAB_ALLOC;
+        return;
     }
-    for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
-        if (o->mark != seq) {
-            o->other += size;
-        }
+    if (b != NULL) {
+        b->size = size;
     }
-    for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
-        snapshot_if_higher(a, o);
-    }
+    charge(a, &made, made.seq, size);
 }
 
-void
-attrib_listener(const char *source, int device, uintptr_t ptr, int64_t size, int alloc)
+int
+attrib_listener(const char *source, int device, uintptr_t ptr, int64_t size, int event)
 {
+    int known = 1;
     if (!__atomic_load_n(&any_attached, __ATOMIC_ACQUIRE) || ptr == 0) {
-        return;
+        return known;
     }
     uint64_t thread = (uint64_t)PyThread_get_thread_ident();
     pthread_mutex_lock(&attrib_lock);
@@ -286,14 +363,34 @@ attrib_listener(const char *source, int device, uintptr_t ptr, int64_t size, int
         if (a->device != device || strcmp(a->source->name, source) != 0) {
             continue;
         }
-        if (alloc) {
+        switch (event) {
+        case MEMLAB_ALLOC:
             on_alloc(a, thread, ptr, size);
-        }
-        else {
-            on_free(a, ptr, size);
+            break;
+        case MEMLAB_FREE:
+            known &= on_free(a, ptr, size);
+            break;
+        case MEMLAB_SIZED:
+            on_sized(a, ptr, size);
+            break;
+        default:
+            break;
         }
     }
     pthread_mutex_unlock(&attrib_lock);
+    return known;
+}
+
+/* Another attached Attrib of the same source and device (attrib_lock held). */
+static Attrib *
+sibling_of(const Attrib *a, const memlab_source *source, int device)
+{
+    for (Attrib *o = attached; o != NULL; o = o->next) {
+        if (o != a && o->device == device && strcmp(o->source->name, source->name) == 0) {
+            return o;
+        }
+    }
+    return NULL;
 }
 
 /* ---- control ---- */
@@ -323,14 +420,27 @@ attrib_attach(Attrib *a, const memlab_source *source, int device)
     a->device = device;
     a->failed = 0;
     a->attaches++;
+    a->level = 0;
+    a->unsized = 0;
+    /* A tracer already following this device: the source pushes to it
+     * already; start from its level (and its awaited size), exactly. */
+    Attrib *sibling = sibling_of(a, source, device);
+    if (sibling != NULL) {
+        a->level = sibling->level;
+        a->unsized = sibling->unsized;
+        a->unsized_event = sibling->unsized_event;
+    }
     a->next = attached;
     attached = a;
     a->attached = 1;
     __atomic_store_n(&any_attached, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&attrib_lock);
-    /* Listen after joining the list: a block made in between is counted by
-     * both the level read below and its event, so read the level last and
-     * under the lock. */
+    if (sibling != NULL) {
+        return 0;
+    }
+    /* Outside the lock: listen() may read the allocator, whose own lock a
+     * pushing thread holds while it waits for ours.  `level` is the level
+     * when pushing began; what was pushed since is already in a->level. */
     if (source->listen(device, attrib_listener, &level) < 0) {
         attrib_detach(a);
         PyErr_SetString(PyExc_RuntimeError,
@@ -338,7 +448,7 @@ attrib_attach(Attrib *a, const memlab_source *source, int device)
         return -1;
     }
     pthread_mutex_lock(&attrib_lock);
-    a->level = level;
+    a->level += level;
     pthread_mutex_unlock(&attrib_lock);
     return 0;
 }
@@ -363,6 +473,10 @@ attrib_detach(Attrib *a)
     if (attached == NULL) {
         __atomic_store_n(&any_attached, 0, __ATOMIC_RELEASE);
     }
+    /* The last follower of this device stops the pushes (a source may pay
+     * for them per allocation).  Attach and detach run with the GIL held, so
+     * no attach can slip in between. */
+    int last = sibling_of(a, a->source, a->device) == NULL;
     for (size_t i = 0; i < a->capacity; i++) {
         if (a->blocks[i].ptr != 0) {
             call_release(a->blocks[i].call);
@@ -382,7 +496,12 @@ attrib_detach(Attrib *a)
     free(a->tops);
     a->tops = NULL;
     a->n_tops = a->cap_tops = 0;
+    a->unsized = 0;
     pthread_mutex_unlock(&attrib_lock);
+    if (last) {
+        int64_t unused;
+        (void)a->source->listen(a->device, NULL, &unused);
+    }
 }
 
 AttribCall *
@@ -436,6 +555,8 @@ attrib_push(Attrib *a, LineTable *table, int line, int64_t call)
         c->parent_line = __atomic_load_n(&parent->line, __ATOMIC_RELAXED);
     }
     c->table = table;
+    c->first_line = table->first_line;
+    c->n_slots = table->n_slots;
     c->line = line;
     c->thread = thread;
     /* A number of its own: it also tells this Call from any other (the
@@ -529,7 +650,7 @@ attrib_made_at(const char *source, int device, uintptr_t ptr, int *line)
          * code while the tracer is attached: take the reference under the
          * lock, before a free on another thread can drop them. */
         const LineTable *table = b->call->table;
-        *line = table->first_line + slot_of(table, b->line);
+        *line = table->first_line + table_slot(table, b->line);
         code = Py_NewRef(table->code);
     }
     pthread_mutex_unlock(&attrib_lock);
@@ -555,7 +676,7 @@ made_during(const AttribBlock *b, const LineTable *table, uint64_t start, int *s
     int line = b->line;
     for (const AttribCall *c = b->call; c != NULL; line = c->parent_line, c = c->parent) {
         if (c->table == table && c->start_seq == start) {
-            *slot = slot_of(table, line);
+            *slot = table_slot(table, line);
             return 1;
         }
     }

@@ -16,6 +16,11 @@
  * calling line.  A recursive frame of a function already open on the thread
  * makes no Call: its blocks count on the outer frame's calling line.
  *
+ * A source that learns a block's size only at its next event (CUDA: the
+ * allocator's events carry requested sizes, its statistics whole blocks)
+ * reports the block with no size, then MEMLAB_SIZED before anything else
+ * moves the level; the level's course, and so every peak, is unchanged.
+ *
  * Host memory: one entry per live block, one Call per open frame or per
  * frame that still owns a live block, one Peak per function.  Everything is
  * guarded by one process-wide mutex, taken per allocation only while some
@@ -86,6 +91,8 @@ typedef struct Attrib {
     int cap_tops;
     int failed;            /* memory ran out: the breakdown is incomplete */
     uint64_t attaches;     /* attach() calls: blocks are followed within one */
+    uintptr_t unsized;     /* the block whose MEMLAB_SIZED is awaited, or 0 */
+    int unsized_event;     /* its MEMLAB_ALLOC or MEMLAB_FREE */
     struct Attrib *next;   /* Borrowed. the attached list */
 } Attrib;
 
@@ -125,7 +132,6 @@ int attrib_live_now(const Attrib *a, const LineTable *table, AttribLive **out);
 PyObject *attrib_made_at(const char *source, int device, uintptr_t ptr, int *line);
 
 /* What the source calls per allocation (memlab_alloc_listener). */
-void attrib_listener(const char *source, int device, uintptr_t ptr, int64_t size,
-                     int alloc);
+int attrib_listener(const char *source, int device, uintptr_t ptr, int64_t size, int event);
 
 #endif /* MEMLAB_ATTRIB_H */

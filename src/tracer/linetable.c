@@ -14,6 +14,22 @@ code_line_span(PyObject *code, int *first, int *last)
     PyObject *row;
     if (it == NULL) {
         PyErr_Clear();
+#if PY_VERSION_HEX < 0x030A0000
+        /* 3.9 has no co_lines: walk co_lnotab's (offset, signed line) steps. */
+        PyObject *tab = ((PyCodeObject *)code)->co_lnotab;
+        if (tab != NULL && PyBytes_Check(tab)) {
+            const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(tab);
+            Py_ssize_t n = PyBytes_GET_SIZE(tab);
+            long line = lo;
+            for (Py_ssize_t i = 0; i + 1 < n; i += 2) {
+                line += (signed char)b[i + 1];
+                if (line > 0 && line < INT32_MAX) {
+                    if (line < lo) lo = (int)line;
+                    if (line > hi) hi = (int)line;
+                }
+            }
+        }
+#endif
         *first = lo; *last = hi;
         return;
     }

@@ -34,6 +34,7 @@ typedef struct TracerObject {
     CurveSet curves;               /* the memory curve of one call per function */
     Attrib attrib;                 /* what was alive at each function's peak */
     int attrib_moved;              /* set_device() while enabled: peaks mix devices */
+    int follow_blocks;             /* attach attrib when the source offers it */
     int tool_id;                   /* sys.monitoring tool id, -1 when none */
     int open_stacks;               /* threads with a profiled frame open: 0
                                       between calls (callfigures.h) */

@@ -53,18 +53,20 @@ static int
 Tracer_init(TracerObject *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"source", "device", "columns", "growth_field", "curve",
-                             "curve_columns", NULL};
+                             "curve_columns", "follow_blocks", NULL};
     PyObject *source, *columns, *growth = Py_None, *curve = Py_None, *curve_columns = Py_None;
     int device;
+    int follow_blocks = 1;
     if (self->interval != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Tracer is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OiO|OOO:Tracer", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OiO|OOOp:Tracer", kwlist,
                                      &source, &device, &columns, &growth, &curve,
-                                     &curve_columns)) {
+                                     &curve_columns, &follow_blocks)) {
         return -1;
     }
+    self->follow_blocks = follow_blocks;
     curveset_init(&self->curves);
     if (curveset_parse_choice(&self->curves, curve) < 0) {
         return -1;
@@ -179,8 +181,8 @@ Tracer_enable(TracerObject *self, PyObject *unused)
         self->state = TRACER_OFF;
         return NULL;
     }
-    if (attrib_attach(&self->attrib, self->sampler.source.compiled,
-                      self->sampler.device) < 0) {
+    if (self->follow_blocks && attrib_attach(&self->attrib, self->sampler.source.compiled,
+                                             self->sampler.device) < 0) {
         sampler_stop(&self->sampler);
         self->state = TRACER_OFF;
         return NULL;
@@ -485,9 +487,13 @@ Tracer_get_peak_unavailable(TracerObject *self, void *closure)
     if (!tracer_ready(self)) {
         return NULL;
     }
+    if (!self->follow_blocks) {
+        return PyUnicode_FromString("following allocations is off (follow_blocks=False)");
+    }
     if (!attrib_offered(self->sampler.source.compiled)) {
         return PyUnicode_FromString("its memory source does not report allocations one "
-                                    "by one (only the CPU source does so far)");
+                                    "by one (a polled source: CUDA columns beyond the "
+                                    "pushed ones, cudaMallocAsync, no compiled shim)");
     }
     if (self->attrib.failed) {
         return PyUnicode_FromString("memory ran out while following allocations");
