@@ -311,6 +311,27 @@ on_sized(Attrib *a, uintptr_t ptr, int64_t size)
     charge(a, b, b->seq, size);
 }
 
+/* Is the calling thread running Python code now?  Not on a thread Python
+ * never ran on, nor on one that has a thread state but no frame: autograd's
+ * device threads keep one (to run hooks) while they work for a backward()
+ * called elsewhere.  Read without the GIL: these are the calling thread's
+ * own fields. */
+static int
+runs_python_now(void)
+{
+    PyThreadState *ts = PyGILState_GetThisThreadState();
+    if (ts == NULL) {
+        return 0;
+    }
+#if PY_VERSION_HEX >= 0x030D0000
+    return ts->current_frame != NULL;
+#elif PY_VERSION_HEX >= 0x030B0000
+    return ts->cframe != NULL && ts->cframe->current_frame != NULL;
+#else
+    return ts->frame != NULL;
+#endif
+}
+
 static void
 on_alloc(Attrib *a, uint64_t thread, uintptr_t ptr, int64_t size)
 {
@@ -322,8 +343,7 @@ on_alloc(Attrib *a, uint64_t thread, uintptr_t ptr, int64_t size)
     /* A thread without Python (autograd's engine) works for the newest open
      * Call; a Python thread with no Call open here is another thread. */
     AttribCall *call = top != NULL ? top->top : NULL;
-    /* Callable without the GIL: NULL on a thread Python never ran on. */
-    if (top == NULL && a->open != NULL && PyGILState_GetThisThreadState() == NULL) {
+    if (top == NULL && a->open != NULL && !runs_python_now()) {
         call = a->open;
     }
     AttribBlock made = {ptr, 0, ++a->seq, call,
