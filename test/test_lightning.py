@@ -223,7 +223,8 @@ def test_impossible_allocation_prints_the_postmortem_and_reraises(tmp_path, caps
     out = capsys.readouterr().out
     (huge,) = [line for line in out.splitlines() if "huge = torch.empty(1 << 62" in line]
     assert huge.endswith("<-- RuntimeError raised here")
-    assert huge.split()[4] == str(line_of(Impossible.training_step, "huge = "))
+    # peak, reserved, held at peak, net growth, count, then the line number
+    assert huge.split()[5] == str(line_of(Impossible.training_step, "huge = "))
     assert "Out of memory (RuntimeError) in Impossible.training_step on cpu" in out
     assert f"requested             4096.00P ({1 << 62:,} bytes)" in out
     kept = line_of(Impossible.training_step, "kept = ")

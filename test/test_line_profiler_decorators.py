@@ -104,11 +104,10 @@ def test_profile_bare_prints_at_exit(tmp_path):
     assert lines[0] == "## work"
     assert lines[5].split() == ["6", "@profile"]
     assert lines[6].split() == ["7", "def", "work():"]
-    # a CPU table has the bytes each line held at the peak (issue 26) third
-    # (x and y, 1 MiB each, at the 2 MiB peak); CUDA leaves it empty
-    held = [] if torch.cuda.is_available() else ["1.00M"]
-    assert lines[7].split()[:5 + len(held)] == ["1.00M", first_reserved, *held, "2.00M", "2", "8"]
-    assert lines[8].split()[:5 + len(held)] == ["2.00M", "2.00M", *held, "2.00M", "2", "9"]
+    # third: the bytes each line held at the peak (issue 26): x and y, 1 MiB
+    # each (a whole 1 MiB block on CUDA too), at the 2 MiB peak
+    assert lines[7].split()[:6] == ["1.00M", first_reserved, "1.00M", "2.00M", "2", "8"]
+    assert lines[8].split()[:6] == ["2.00M", "2.00M", "1.00M", "2.00M", "2", "9"]
 
 
 def test_suspended_generator_at_exit_prints_and_leaves_no_hook(tmp_path):
