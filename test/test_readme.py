@@ -46,7 +46,7 @@ def _needs(text, m):
     return [pytest.mark.skip(reason=f"needs {', '.join(missing)}")] if missing else []
 
 
-MARKER = re.compile(r"<!-- readme-test: (file (\S+)|run) -->\n\n?$")
+MARKER = re.compile(r"<!-- readme-test: (file (\S+)|run(?:, exits (\d+))?) -->\n\n?$")
 ROOT = README.parent
 
 
@@ -83,7 +83,8 @@ def test_readme_block(tmp_path, code, expected):
 def test_readme_shell_blocks(tmp_path):
     """The blocks marked for it: ``file NAME`` blocks are written to NAME, and
     ``run`` blocks run in order with bash in that folder, each matching the
-    output block after it (the torchrun section)."""
+    output block after it (the torchrun and the across-runs sections); ``run,
+    exits N`` expects exit status N (diff's --fail-over)."""
     text = README.read_text()
     found = list(FENCE.finditer(text))
     env = dict(os.environ, PYTHONUNBUFFERED="1",
@@ -100,12 +101,12 @@ def test_readme_shell_blocks(tmp_path):
             continue
         out = subprocess.run(["bash", "-c", m.group(2)], capture_output=True, text=True,
                              cwd=tmp_path, env=env, timeout=300)
-        assert out.returncode == 0, out.stderr
+        assert out.returncode == int(marker.group(3) or 0), out.stderr
         expected = _expected_after(text, found, i)
         if expected is not None and OUTPUT_COMPARED:
             assert normalise(out.stdout) == normalise(expected)
         ran += 1
-    assert ran >= 2
+    assert ran >= 6
 
 
 def test_how_it_works_names_every_module():
