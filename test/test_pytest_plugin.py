@@ -195,6 +195,39 @@ def test_no_growth_names_the_line_that_holds_memory(run, pytester):
     assert lines[start + 4] == ""
 
 
+EVERY_CALL = '''
+import pytest, torch
+
+cache = []
+
+def step():
+    x = torch.empty(262144)                  # 1 MiB, freed at return
+    cache.append(torch.empty(65536))         # 256 KiB kept by every call
+    return x.sum()
+
+@pytest.mark.memlab_no_growth(device="cpu", functions=[step])
+def test_steps():
+    for _ in range(4):
+        step()
+'''
+
+
+def test_no_growth_names_the_line_that_grows_every_call(run, pytester):
+    """The message lists a profiled callee's line that grew in every call
+    after the first (growth_per_call, issue 28); its line that grew only
+    while a call ran (x) is not listed there."""
+    pytester.makepyfile(test_every=EVERY_CALL)
+    result = run("-q")
+    result.assert_outcomes(failed=1)
+    lines = result.stdout.lines
+    start = lines.index("lines that grew in every call after the first (least growth of one "
+                        "call):")
+    assert lines[start + 1] == ("  test_every.py:7 (step, 4 calls)  +256.00K per call  "
+                                "cache.append(torch.empty(65536))         # 256 KiB kept by "
+                                "every call")
+    assert lines[start + 2] == ""
+
+
 def test_xdist_two_workers_one_summary(run, pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(test_budgets=BUDGETS, test_leak=LEAK)

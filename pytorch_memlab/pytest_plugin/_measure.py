@@ -71,6 +71,8 @@ class DeviceResult:
     after: Optional[int]               # live bytes after return and gc.collect()
     test_records: list[FunctionRecord]   # the test function's table on this device
     callee_records: list[FunctionRecord]  # the other profiled functions that ran
+    # The callees again, each call of theirs a call of its own (see Measured)
+    per_call_records: list[FunctionRecord]
 
     @property
     def growth(self) -> int:
@@ -91,11 +93,20 @@ class Measured:
         self.devices = list(dict.fromkeys(devices))
         self.collect = collect          # gc.collect() around the call (leak check)
         self.profiler = LineProfiler(test, device=self.devices)
+        # Under the test's profiler every callee call is part of the test's
+        # one call, so no callee line could show growth per call; a leak check
+        # (collect) profiles the callees once more on their own, where each of
+        # their outermost calls is a call.
+        self.per_call = LineProfiler(device=self.devices) if collect else None
         for func in callees:
-            try:
-                self.profiler.add_function(func)
-            except TypeError:           # no Python code (a C function, a builtin)
-                continue
+            # (the module's functions include the test itself: not a callee)
+            own = func is test or getattr(func, "__code__", None) is getattr(test, "__code__", 0)
+            for profiler in (self.profiler, None if own else self.per_call):
+                try:
+                    if profiler is not None:
+                        profiler.add_function(func)
+                except TypeError:       # no Python code (a C function, a builtin)
+                    continue
         self.baselines: dict[str, int] = {}
         self.after: dict[str, int] = {}
 
@@ -103,10 +114,14 @@ class Measured:
         if self.collect:
             gc.collect()
         self.profiler.enable()
+        if self.per_call is not None:
+            self.per_call.enable()
         # after enable(): CUDA's allocator has statistics only once initialised
         self.baselines = {d: read_totals(*_kind_index(d))[0] for d in self.devices}
 
     def stop(self, exc: Optional[BaseException]) -> None:
+        if self.per_call is not None:
+            self.per_call.disable()
         self.profiler.__exit__(type(exc) if exc else None, exc, None)
         if self.collect and exc is None:
             gc.collect()
@@ -122,7 +137,10 @@ class Measured:
         top = max([p for p in map(record_peak, mine) if p is not None], default=None)
         baseline = self.baselines.get(device, 0)
         peak = 0 if top is None else max(0, top - baseline)
-        return DeviceResult(device, baseline, peak, self.after.get(device), mine, others)
+        per_call = [] if self.per_call is None else [
+            r for r in self.per_call.stats() if r["device"] == label and record_peak(r) is not None]
+        return DeviceResult(device, baseline, peak, self.after.get(device), mine, others,
+                            per_call)
 
     def to_dict(self) -> dict[str, Any]:
         return self.profiler.to_dict()

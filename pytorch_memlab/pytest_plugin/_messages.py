@@ -98,7 +98,7 @@ def growth_failure(request: Request, result: DeviceResult) -> str:
     if partly:
         head += ("\nlines that grew by more than is still alive (so partly freed since, "
                  "e.g. locals freed when the test returned):\n" + "\n".join(partly))
-    every = _every_call_lines(result.test_records + result.callee_records)
+    every = _every_call_lines(result.per_call_records)
     if every:
         head += ("\nlines that grew in every call after the first (least growth of one "
                  "call):\n" + "\n".join(every))
