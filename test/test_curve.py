@@ -334,6 +334,27 @@ def test_one_blank_line_between_text_tables(cpu):
     assert not before.endswith("\n\n\n")
 
 
+def test_view_hide_unrun_leaves_out_lines_that_never_ran(cpu, tmp_path):
+    LineProfiler, _ = cpu
+    prof = LineProfiler(documented, device="cpu")
+    with prof:
+        documented(1)
+    prof.save(tmp_path / "p.json")
+
+    def view(*flags):
+        out = subprocess.run([sys.executable, "-m", "pytorch_memlab", "view", *flags,
+                              str(tmp_path / "p.json")], capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    full, shown = view(), view("--hide-unrun")
+    for text in ("A docstring", "y = x - 1", "def documented"):
+        assert text in full and text not in shown
+    for text in ("y = x + 1", "return y"):
+        assert text in shown
+
+
 def test_view_curve_prints_at_most_60_rows(cpu, tmp_path):
     LineProfiler, _ = cpu
 

@@ -170,6 +170,21 @@ def test_line_magic_displays_table(shell, capsys):
     assert table_row(out, "del x")[3] == "-1.00M"
 
 
+def test_by_call_and_hide_unrun(shell, capsys):
+    """--by-call shows the first and the later calls side by side;
+    --hide-unrun leaves out the def line, which never runs as a line."""
+    assert mlrun(shell, f"--by-call --hide-unrun -g cpu -f work -- "
+                        f"[work({QUARTER}) for _ in range(3)]") is None
+    out = capsys.readouterr().out
+    assert "cpu, first call" in out and "cpu, later calls" in out
+    assert "def work(n):" not in out
+    # first call: 1 MiB net growth of x, once; later calls: twice that, 2 runs
+    assert table_row(out, "# 1 MiB")[2:4] == ["1.00M", "1"]
+    assert table_row(out, "# 1 MiB")[6:8] == ["2.00M", "2"]
+    assert mlrun(shell, f"-g cpu -f work work({QUARTER})") is None
+    assert "def work(n):" in capsys.readouterr().out
+
+
 def test_return_profiler_also_displays(shell, capsys):
     prof = mlrun(shell, f"-r -g cpu -f work work({QUARTER})")
     out = capsys.readouterr().out

@@ -9,6 +9,8 @@ from importlib import metadata
 
 import pytest
 
+from helpers import MiB
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGIN = "pytorch_memlab.pytest_plugin"
 
@@ -146,8 +148,6 @@ def _needs_gloo():
     return torch
 
 
-MIB = 1024 * 1024
-
 # Rank 1 fails while rank 0 sleeps in its step, standing in for a collective
 # that never completes (NCCL's do not fail fast): torchrun then stops rank 0
 # with SIGTERM.  --own-before / --own-after: rank 0 installs a SIGTERM handler
@@ -228,7 +228,7 @@ def _check_stopped_rank0(tmp_path, out, status):
     assert "rank 1 fails" in out.stderr
     doc = rank_doc(tmp_path / "prof", 0)
     assert line_of(doc, "HANG")["raised"] == "SIGTERM", out.stderr[-3000:]
-    assert line_of(doc, "MARK")["net_growth"] == MIB
+    assert line_of(doc, "MARK")["net_growth"] == MiB
     assert rank_doc(tmp_path / "prof", 1)["run"]["exit_status"] == 1
     view = memlab(tmp_path, "view", "prof/")
     assert view.returncode == 0, view.stderr
