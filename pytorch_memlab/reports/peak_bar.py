@@ -1,7 +1,8 @@
 """The HTML report's picture of what a function's peak is made of: the
 breakdown line (``peak_text``), then one horizontal bar split into its items,
 each as wide as its share of the peak, labelled with its size and what it is
-(a line's number, its code in the tooltip).  A device without a breakdown
+(a line: its number and code, cut to the segment's width; the whole in the
+tooltip).  A device without a breakdown
 gets the line that says why, and no bar."""
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def item_title(item: PeakItem) -> str:
 def _segment(item: PeakItem, total: int, color: str) -> str:
     width = 100.0 * item.size / total
     line = "" if item.lineno is None else f' data-line="{item.lineno}"'
-    label = html.escape(f"{readable_size(item.size)} {item.label}")
+    label = html.escape(item_title(item) if item.lineno is not None
+                        else f"{readable_size(item.size)} {item.label}")
     return (f'<div class="seg" data-bytes="{item.size}"{line} '
             f'style="width:{width:.3f}%;background:{color}99" '
             f'title="{html.escape(item_title(item))}">{label}</div>')
