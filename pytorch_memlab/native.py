@@ -23,7 +23,7 @@ KINDS = ("cuda", "cpu")
 
 __all__ = ["KINDS", "MECHANISM", "Tracer", "allocated_at", "check_kind", "cuda_push_unavailable",
            "field_table", "import_shim", "install_thread_hook", "is_compiled", "load_shim",
-           "prepare", "sample", "shim_capsule", "shim_fields"]
+           "prepare", "sample", "settle_blocks", "shim_capsule", "shim_fields"]
 
 
 def allocated_at(kind: str, device: int, ptr: int) -> Optional[tuple[CodeType, int]]:
@@ -124,6 +124,14 @@ def sample(kind: str, device: int) -> Sequence[int]:
     """One reading of the shim's ``kind`` source, its fields in order
     (``sources.source_fields``); needs the shim."""
     return tuple(import_shim().sample(kind, device))
+
+
+def settle_blocks(kind: str, device: int) -> None:
+    """Bring the size of a CUDA block that has none yet (its size comes at the
+    device's next allocator event or read) to the tracers following blocks:
+    one reading of the push source.  Nothing to do on the CPU."""
+    if kind == "cuda":
+        import_shim().sample("cuda_push", device)
 
 
 def prepare(kind: str, device: int) -> None:

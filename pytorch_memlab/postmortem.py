@@ -29,8 +29,9 @@ handler: the CPU allocator caches nothing, so nothing changed in between.  A
 figure that cannot be known is None.
 
 ``live_by_line`` (new in schema version 4; only where the profiler follows
-allocations one by one, the CPU so far, and read at the same moment as
-``allocated_bytes``, which it splits exactly): what was alive, by where it was made, around the failing
+allocations one by one, and of the moment of ``allocated_bytes``, which it
+splits exactly: on CUDA it is read in the handler and given only when the
+allocator's allocated bytes are still those the observer read): what was alive, by where it was made, around the failing
 call of the innermost profiled function: ``lines``, what each of its lines
 made during that call (callees included) and still alive, in line order;
 ``before_call``, alive before that call began; ``other_threads``, made by
@@ -240,10 +241,17 @@ LiveReader = Callable[[str], Optional[tuple[int, int, int, int, int, dict[int, i
 
 
 def _live_by_line(live: LiveReader, pm: dict[str, Any]) -> Optional[dict[str, Any]]:
-    """The breakdown of ``allocated_bytes``, or None where it would be of
-    another moment (read inside a CUDA allocation) or does not add up to it."""
-    if pm["when"] != "after the error" or pm["allocated_bytes"] is None:
+    """The breakdown of ``allocated_bytes``, or None where it does not add up
+    to it.  CUDA's figures were read inside the failing allocation and the
+    breakdown is read now, in the handler: kept only if the allocator's
+    allocated bytes have not moved in between (nothing freed while unwinding)."""
+    if pm["allocated_bytes"] is None:
         return None
+    if pm["when"] != "after the error":
+        index = int(pm["device"].split(":")[1])
+        now = torch.cuda.memory_stats(index).get("allocated_bytes.all.current")
+        if now != pm["allocated_bytes"]:
+            return None
     found = live(pm["device"])
     if found is None:
         return None

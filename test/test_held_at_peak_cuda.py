@@ -211,3 +211,106 @@ def test_cuda_polled_columns_leave_the_cells_empty_and_say_why():
     text = repr(prof.display())
     assert "held at peak: not known, its memory source does not report allocations one by one" \
         in text
+
+
+def recursive(n):
+    x = u8(MiB)                      # each level
+    if n:
+        return [x] + recursive(n - 1)   # recurse
+    return [x]
+
+
+def test_cuda_recursion_counts_on_the_outermost_frames_calling_line():
+    torch.cuda.empty_cache()
+    prof = LineProfiler(recursive, device="cuda")
+    with prof:
+        recursive(3)
+    peak, held = breakdown(prof, recursive)
+    assert held == {line_of(recursive, "# each level"): MiB,
+                    line_of(recursive, "# recurse"): 3 * MiB}
+
+
+def generator():
+    a = u8(2 * MiB)                  # before the first yield
+    yield 1
+    b = u8(8 * MiB)                  # resumed
+    del b
+    yield a
+
+
+def test_cuda_a_generator_resumption_is_its_own_call():
+    torch.cuda.empty_cache()
+    prof = LineProfiler(generator, device="cuda")
+    with prof:
+        assert list(generator())[0] == 1
+    peak, held = breakdown(prof, generator)
+    assert peak["lineno"] == line_of(generator, "# resumed")
+    assert held == {line_of(generator, "# resumed"): 8 * MiB}
+
+
+def allocate_then_fail():
+    t = u8(8 * MiB)
+    raise ValueError(t.numel())
+
+
+def raises():
+    a = u8(4 * MiB)                  # kept
+    allocate_then_fail()             # the peak, then the exception
+
+
+def test_cuda_an_exception_inside_the_peak_line():
+    torch.cuda.empty_cache()
+    prof = LineProfiler(raises, device="cuda")
+    with prof:
+        with pytest.raises(ValueError):
+            raises()
+    peak, held = breakdown(prof, raises)
+    assert peak["lineno"] == line_of(raises, "# the peak")
+    assert held == {line_of(raises, "# kept"): 4 * MiB, line_of(raises, "# the peak"): 8 * MiB}
+
+
+def two_lines_then_fail():
+    a = u8(4 * MiB)                  # A
+    b = u8(2 * MiB)                  # B
+    c = u8(1 << 50)                  # fails: 1 PiB
+    return a, b, c
+
+
+def test_cuda_oom_postmortem_live_by_line():
+    """The post-mortem's "live at the failure, by the line that allocated
+    it": read in the handler, of the moment the observer read (the allocated
+    bytes unchanged), in whole blocks, summing to the allocated bytes."""
+    torch.cuda.empty_cache()
+    kept = u8(MiB)                                         # alive before the call
+    prof = LineProfiler(two_lines_then_fail, device="cuda")
+    with pytest.raises(torch.OutOfMemoryError):
+        with prof:
+            two_lines_then_fail()
+    allocated = torch.cuda.memory_allocated()
+    pm = prof.stats()[0]["postmortem"]
+    print(pm)
+    assert pm["when"] == "at the failing allocation"
+    assert pm["allocated_bytes"] == allocated
+    live = pm["live_by_line"]
+    lines = {row["lineno"]: row["bytes"] for row in live["lines"]}
+    assert lines == {line_of(two_lines_then_fail, "# A"): 4 * MiB,
+                     line_of(two_lines_then_fail, "# B"): 2 * MiB}
+    assert live["bytes"] == allocated
+    assert (live["other_threads"], live["after_call"]) == (0, 0)
+    assert live["before_call"] == allocated - 6 * MiB >= MiB
+    assert "live at the failure (call 1), by the line that allocated it:" in repr(prof.display())
+    del kept
+
+
+def reports_inside():
+    from pytorch_memlab import MemReporter
+    batch = u8(3 * MiB)                                    # batch line
+    result = MemReporter().report(print_report=False, verbose=True)
+    return result, batch
+
+
+def test_cuda_mem_reporter_names_the_allocating_line():
+    with LineProfiler(reports_inside, device="cuda"):
+        result, batch = reports_inside()
+    sites = {r.name: r.allocated_at for r in result.rows}
+    assert sites["batch"] == f"reports_inside:{line_of(reports_inside, '# batch line')}"

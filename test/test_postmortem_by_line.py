@@ -244,13 +244,23 @@ def test_at_most_five_items_the_rest_summed():
             "6.00M 3 more\n") in format_postmortem(pm, "f")
 
 
-def test_no_breakdown_where_it_would_not_add_up():
+def test_no_breakdown_where_it_would_not_add_up(monkeypatch):
     figures = {"when": "after the error", "device": "cpu", "allocated_bytes": 10}
     assert postmortem._live_by_line(lambda d: (10, 1, 4, 0, 0, {5: 6}), figures)["bytes"] == 10
     assert postmortem._live_by_line(lambda d: (11, 1, 5, 0, 0, {5: 6}), figures) is None
     assert postmortem._live_by_line(lambda d: None, figures) is None
-    inside = dict(figures, when="at the failing allocation")     # CUDA's observer
-    assert postmortem._live_by_line(lambda d: (10, 1, 4, 0, 0, {5: 6}), inside) is None
+    # CUDA's observer read the figures inside the failing allocation; the
+    # breakdown, read in the handler, is of that moment only if the
+    # allocator's allocated bytes have not moved since (the device run checks
+    # this end to end: test_held_at_peak_cuda)
+    inside = dict(figures, when="at the failing allocation", device="cuda:0")
+    now = {}
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda index: {
+        "allocated_bytes.all.current": now["allocated"]})
+    now["allocated"] = 10
+    assert postmortem._live_by_line(lambda d: (10, 1, 4, 0, 0, {5: 6}), inside)["bytes"] == 10
+    now["allocated"] = 8                                         # freed while unwinding
+    assert postmortem._live_by_line(lambda d: (8, 1, 2, 0, 0, {5: 6}), inside) is None
 
 
 def test_the_tracer_method():

@@ -120,7 +120,8 @@ class TracerSet:
         """What is alive now on ``device`` (a label) around the latest call
         of ``code``; None where its tracer cannot tell (a polled source,
         memory ran out, the device changed, disabled)."""
-        for where, tracer in zip(self.labels(), self.tracers):
+        for slot, where, tracer in zip(self.slots, self.labels(), self.tracers):
             if where == device and tracer.peak_unavailable is None:
+                native.settle_blocks(slot.kind, tracer.device)
                 return tracer.live_by_line(code)
         return None

@@ -1,10 +1,10 @@
 """Where a tensor was allocated, when a profiler saw it happen.
 
-While a ``LineProfiler`` reads the CPU, its tracer follows every live CPU
-block by the profiled line that allocated it (the innermost profiled
-function running then).  A report asks it about the storages it found and
-adds the answer to the rows that are not model state:
-``activations (step:12)``.  CUDA blocks are not followed one by one yet.
+While a ``LineProfiler`` reads a device whose source reports blocks one by
+one (the CPU, CUDA's caching allocator), its tracer follows every live block
+by the profiled line that allocated it (the innermost profiled function
+running then).  A report asks it about the storages it found and adds the
+answer to the rows that are not model state: ``activations (step:12)``.
 """
 from __future__ import annotations
 
@@ -22,10 +22,11 @@ SITED_KINDS = ("tensor", "output", "saved")
 
 
 def _site(key: StorageKey) -> Optional[str]:
-    device, ptr = key
-    if device != "cpu":
+    device, ptr = key                   # ("cpu", ptr), ("cuda:1", ptr), ("impl", id)
+    kind, _, index = device.partition(":")
+    if kind not in native.KINDS:
         return None
-    found = native.allocated_at("cpu", 0, ptr)
+    found = native.allocated_at(kind, int(index or 0), ptr)
     if found is None:
         return None
     code, line = found
