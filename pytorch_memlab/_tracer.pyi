@@ -81,6 +81,10 @@ class Tracer:
     def tool_id(self) -> int:
         """The sys.monitoring tool id, or -1."""
     @property
+    def followed_blocks(self) -> tuple[int, int]:
+        """(live blocks followed for the breakdown of the peak, slots of the
+        table that holds them): its host memory is the slots'."""
+    @property
     def peak_unavailable(self) -> str | None:
         """Why ``peaks()`` has no breakdown (a polled source, memory ran out,
         the device changed), or None."""

@@ -753,3 +753,12 @@ done:
     free(live);
     return ret;
 }
+
+void
+attrib_table_size(const Attrib *a, size_t *used, size_t *capacity)
+{
+    pthread_mutex_lock(&attrib_lock);
+    *used = a->used;
+    *capacity = a->capacity;
+    pthread_mutex_unlock(&attrib_lock);
+}

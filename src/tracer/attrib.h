@@ -123,6 +123,10 @@ void attrib_peak_clear(LineTable *table);
  * caller frees it with free()), or -1 when memory ran out.  O(live blocks). */
 int attrib_live_now(const Attrib *a, const LineTable *table, AttribLive **out);
 
+/* The table of followed blocks now: live blocks in it, and its slots (the
+ * host memory it holds is the slots'). */
+void attrib_table_size(const Attrib *a, size_t *used, size_t *capacity);
+
 /* Which profiled line made the live block at `ptr` (its start address) of
  * `source`'s `device`, as the first attached tracer that saw it made inside
  * a profiled function recorded it: a new reference to that function's code

@@ -544,6 +544,14 @@ Tracer_get_sample_errors(TracerObject *self, void *closure)
 }
 
 static PyObject *
+Tracer_get_followed_blocks(TracerObject *self, void *closure)
+{
+    size_t used, capacity;
+    attrib_table_size(&self->attrib, &used, &capacity);
+    return Py_BuildValue("(nn)", (Py_ssize_t)used, (Py_ssize_t)capacity);
+}
+
+static PyObject *
 Tracer_get_tool_id(TracerObject *self, void *closure)
 {
     return PyLong_FromLong(self->tool_id);
@@ -617,6 +625,8 @@ static PyGetSetDef Tracer_getset[] = {
      "why peaks have no breakdown, or None", NULL},
     {"sample_errors", (getter)Tracer_get_sample_errors, NULL, "failed readings", NULL},
     {"tool_id", (getter)Tracer_get_tool_id, NULL, "sys.monitoring tool id or -1", NULL},
+    {"followed_blocks", (getter)Tracer_get_followed_blocks, NULL,
+     "(live blocks followed, slots of their table)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
