@@ -2,6 +2,7 @@
 #include "attrib.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,13 +37,32 @@ struct AttribBlock {
 
 #define MIN_CAPACITY 1024
 
-static pthread_mutex_t attrib_lock = PTHREAD_MUTEX_INITIALIZER;
+/* A spin lock, not a mutex: it is taken for every block the allocators
+ * report, uncontended almost always, and held for a few table operations
+ * (a mutex's lock and unlock cost as much as the work they guard). */
+static int attrib_lock;
+
+static inline void
+lock(void)
+{
+    while (__atomic_exchange_n(&attrib_lock, 1, __ATOMIC_ACQUIRE)) {
+        while (__atomic_load_n(&attrib_lock, __ATOMIC_RELAXED)) {
+            sched_yield();
+        }
+    }
+}
+
+static inline void
+unlock(void)
+{
+    __atomic_store_n(&attrib_lock, 0, __ATOMIC_RELEASE);
+}
 static Attrib *attached;          /* guarded by attrib_lock */
 static int any_attached;          /* atomics: the listener's early exit */
 static int fork_hooked;
 
-static void lock_for_fork(void) { pthread_mutex_lock(&attrib_lock); }
-static void unlock_after_fork(void) { pthread_mutex_unlock(&attrib_lock); }
+static void lock_for_fork(void) { lock(); }
+static void unlock_after_fork(void) { unlock(); }
 
 /* A Call's slot for `line`.  A line outside the slots the Call was made
  * with (before the first line event, or a table widened since) counts on its
@@ -378,7 +398,7 @@ attrib_listener(const char *source, int device, uintptr_t ptr, int64_t size, int
         return known;
     }
     uint64_t thread = (uint64_t)PyThread_get_thread_ident();
-    pthread_mutex_lock(&attrib_lock);
+    lock();
     for (Attrib *a = attached; a != NULL; a = a->next) {
         if (a->device != device || strcmp(a->source->name, source) != 0) {
             continue;
@@ -397,7 +417,7 @@ attrib_listener(const char *source, int device, uintptr_t ptr, int64_t size, int
             break;
         }
     }
-    pthread_mutex_unlock(&attrib_lock);
+    unlock();
     return known;
 }
 
@@ -435,7 +455,7 @@ attrib_attach(Attrib *a, const memlab_source *source, int device)
         fork_hooked = pthread_atfork(lock_for_fork, unlock_after_fork,
                                      unlock_after_fork) == 0;
     }
-    pthread_mutex_lock(&attrib_lock);
+    lock();
     a->source = source;
     a->device = device;
     a->failed = 0;
@@ -454,7 +474,7 @@ attrib_attach(Attrib *a, const memlab_source *source, int device)
     attached = a;
     a->attached = 1;
     __atomic_store_n(&any_attached, 1, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&attrib_lock);
+    unlock();
     if (sibling != NULL) {
         return 0;
     }
@@ -467,18 +487,18 @@ attrib_attach(Attrib *a, const memlab_source *source, int device)
                         "the memory source refused to push its allocations");
         return -1;
     }
-    pthread_mutex_lock(&attrib_lock);
+    lock();
     a->level += level;
-    pthread_mutex_unlock(&attrib_lock);
+    unlock();
     return 0;
 }
 
 void
 attrib_detach(Attrib *a)
 {
-    pthread_mutex_lock(&attrib_lock);
+    lock();
     if (!a->attached) {
-        pthread_mutex_unlock(&attrib_lock);
+        unlock();
         return;
     }
     Attrib **link = &attached;
@@ -517,7 +537,7 @@ attrib_detach(Attrib *a)
     a->tops = NULL;
     a->n_tops = a->cap_tops = 0;
     a->unsized = 0;
-    pthread_mutex_unlock(&attrib_lock);
+    unlock();
     if (last) {
         int64_t unused;
         (void)a->source->listen(a->device, NULL, &unused);
@@ -532,7 +552,7 @@ attrib_push(Attrib *a, LineTable *table, int line, int64_t call)
         return NULL;
     }
     uint64_t thread = (uint64_t)PyThread_get_thread_ident();
-    pthread_mutex_lock(&attrib_lock);
+    lock();
     AttribTop *top = top_of(a, thread);
     AttribCall *parent = top != NULL ? top->top : NULL;
     for (AttribCall *x = parent; x != NULL; x = x->parent) {
@@ -593,7 +613,7 @@ attrib_push(Attrib *a, LineTable *table, int line, int64_t call)
     top->top = c;
     snapshot_if_higher(a, c);
 done:
-    pthread_mutex_unlock(&attrib_lock);
+    unlock();
     return c;
 }
 
@@ -606,7 +626,7 @@ attrib_set_line(AttribCall *c, int line)
 void
 attrib_pop(Attrib *a, AttribCall *c)
 {
-    pthread_mutex_lock(&attrib_lock);
+    lock();
     if (c->is_open) {
         AttribCall **link = &a->open;
         while (*link != NULL && *link != c) {
@@ -630,14 +650,14 @@ attrib_pop(Attrib *a, AttribCall *c)
         }
         call_release(c);
     }
-    pthread_mutex_unlock(&attrib_lock);
+    unlock();
 }
 
 AttribPeak *
 attrib_peak_copy(const LineTable *table)
 {
     AttribPeak *copy = NULL;
-    pthread_mutex_lock(&attrib_lock);
+    lock();
     const AttribPeak *p = table->peak;
     if (p != NULL && p->bytes >= 0) {
         size_t n = sizeof(AttribPeak) + sizeof(int64_t) * (size_t)p->n_slots;
@@ -646,7 +666,7 @@ attrib_peak_copy(const LineTable *table)
             memcpy(copy, p, n);
         }
     }
-    pthread_mutex_unlock(&attrib_lock);
+    unlock();
     return copy;
 }
 
@@ -657,7 +677,7 @@ attrib_made_at(const char *source, int device, uintptr_t ptr, int *line)
     if (ptr == 0) {
         return NULL;        /* 0 marks an empty slot of the block table */
     }
-    pthread_mutex_lock(&attrib_lock);
+    lock();
     for (Attrib *a = attached; a != NULL && code == NULL; a = a->next) {
         if (a->device != device || strcmp(a->source->name, source) != 0) {
             continue;
@@ -673,19 +693,19 @@ attrib_made_at(const char *source, int device, uintptr_t ptr, int *line)
         *line = table->first_line + table_slot(table, b->line);
         code = Py_NewRef(table->code);
     }
-    pthread_mutex_unlock(&attrib_lock);
+    unlock();
     return code;
 }
 
 void
 attrib_peak_clear(LineTable *table)
 {
-    pthread_mutex_lock(&attrib_lock);
+    lock();
     if (table->peak != NULL) {
         table->peak->bytes = -1;
         memset(table->peak->held, 0, sizeof(int64_t) * (size_t)table->peak->n_slots);
     }
-    pthread_mutex_unlock(&attrib_lock);
+    unlock();
 }
 
 /* Does the chain from block `b` up pass through the Call that began at
@@ -709,7 +729,7 @@ attrib_live_now(const Attrib *a, const LineTable *table, AttribLive **out)
     int ret = -1;
     AttribLive *live = NULL;     /* Owned until handed to *out. */
     *out = NULL;
-    pthread_mutex_lock(&attrib_lock);
+    lock();
     const AttribPeak *p = table->peak;
     if (!a->attached || p == NULL || p->latest_start == 0
         || p->latest_attach != a->attaches) {
@@ -749,7 +769,7 @@ attrib_live_now(const Attrib *a, const LineTable *table, AttribLive **out)
     live = NULL;
     ret = 0;
 done:
-    pthread_mutex_unlock(&attrib_lock);
+    unlock();
     free(live);
     return ret;
 }
@@ -757,8 +777,8 @@ done:
 void
 attrib_table_size(const Attrib *a, size_t *used, size_t *capacity)
 {
-    pthread_mutex_lock(&attrib_lock);
+    lock();
     *used = a->used;
     *capacity = a->capacity;
-    pthread_mutex_unlock(&attrib_lock);
+    unlock();
 }
