@@ -125,6 +125,28 @@ def test_cpu_counts_stay_consistent_across_threads(cpu_source):
     assert d["active_bytes.all.allocated"] == d["active_bytes.all.freed"] == 800 * 1000
 
 
+def test_cpu_many_blocks_freed_in_any_order_are_each_counted(cpu_source):
+    """The wrapper's table of live blocks (address -> size) through growth,
+    collisions and removals in random order, with addresses reused: after
+    every step the live bytes are exactly those of the tensors kept."""
+    import random
+    rng = random.Random(7)
+    base = cpu_reading()
+    kept = {}
+    for step in range(40):
+        for i in range(rng.randrange(200, 1500)):
+            n = rng.randrange(1, 5000)
+            kept[(step, i)] = torch.empty(n, dtype=torch.uint8)
+        for key in rng.sample(sorted(kept), k=len(kept) // 2):
+            del kept[key]
+        d = delta(cpu_reading(), base)
+        assert d["active_bytes.all.current"] == sum(t.numel() for t in kept.values())
+        assert d["allocation.all.current"] == len(kept)
+    kept.clear()
+    d = delta(cpu_reading(), base)
+    assert d["active_bytes.all.current"] == 0 and d["allocation.all.current"] == 0
+
+
 def test_cpu_prepare_is_idempotent_and_device_is_ignored(cpu_source):
     shim.prepare("cpu", 0)
     shim.prepare("cpu", 3)

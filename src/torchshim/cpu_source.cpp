@@ -25,6 +25,7 @@
 // open reader, and counts into the allocating thread's own thread_local
 // allocated/freed totals.  A read rearms only its reader's register, so the
 // global peaks that sample() reports are never reset by profiling.
+#include "address_table.h"
 #include "compat.h"
 #include "shim.h"
 
@@ -40,7 +41,6 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
-#include <unordered_map>
 
 namespace {
 
@@ -110,7 +110,7 @@ struct CpuState {
     c10::Allocator *base;           // Borrowed: c10's registry never frees it.
     c10::DeleterFnPtr base_delete;  // base->raw_deleter() at install time.
     std::mutex mutex;               // guards `live`
-    std::unordered_map<void *, Block> live;
+    memlab::AddressTable<Block> live;
     Counter bytes;
     Counter blocks;
     // Readers: bit i of `open` set means registers[i] is in use.  The
@@ -152,12 +152,11 @@ void counted_delete(void *ptr) {
     std::size_t size = 0;
     if (ptr != nullptr) {
         std::lock_guard<std::mutex> lock(state->mutex);
-        auto it = state->live.find(ptr);
-        if (it != state->live.end()) {
+        Block block{0, nullptr};
+        if (state->live.take(ptr, &block)) {
             known = true;
-            size = it->second.size;
-            deleter = it->second.deleter;
-            state->live.erase(it);
+            size = block.size;
+            deleter = block.deleter;
         }
     }
     if (known) {
@@ -179,12 +178,12 @@ void remember(CpuState *state, void *ptr, std::size_t size,
     Block stale{0, nullptr};
     {
         std::lock_guard<std::mutex> lock(state->mutex);
-        auto [it, inserted] = state->live.try_emplace(ptr, Block{size, deleter});
+        auto [block, inserted] = state->live.try_emplace(ptr, Block{size, deleter});
         if (!inserted) {
             // The address was freed behind our back and reused: retire the
             // stale entry so the totals do not drift.
-            stale = it->second;
-            it->second = Block{size, deleter};
+            stale = *block;
+            *block = Block{size, deleter};
         }
     }
     if (stale.deleter != nullptr) {
@@ -347,7 +346,7 @@ int64_t seed_one(CpuState *state, c10::StorageImpl *impl) {
     }
     if (!data.compare_exchange_deleter(state->base_delete, &counted_delete)) {
         std::lock_guard<std::mutex> lock(state->mutex);
-        state->live.erase(ptr);
+        (void)state->live.take(ptr, nullptr);
         return 0;
     }
     // A later resize_ allocates through the storage's own allocator.
