@@ -44,10 +44,17 @@ def sanitizer_link_flags():
     return (["-fsanitize=address"] if ASAN else []) + (["-fsanitize=undefined"] if UBSAN else [])
 
 
+def headers(*folders):
+    """An extension's headers: a change to one rebuilds it (setuptools looks
+    at sources only unless told)."""
+    return sorted(h for folder in folders for h in glob.glob(os.path.join(folder, "*.h")))
+
+
 def testsource_extension():
     return Extension(
         TEST_SOURCE,
         sources=["src/testsource/testsource.c"],
+        depends=headers("include/memlab", "src/tracer"),
         include_dirs=["include", "src/tracer"],
         extra_compile_args=c_flags(),
         extra_link_args=sanitizer_link_flags(),
@@ -61,6 +68,7 @@ def tracer_extension():
     return Extension(
         "pytorch_memlab._tracer",
         sources=sorted(glob.glob("src/tracer/*.c")),
+        depends=headers("include/memlab", "src/tracer"),
         include_dirs=["include", "src/tracer"],
         extra_compile_args=c_flags(),
         extra_link_args=sanitizer_link_flags(),
@@ -171,6 +179,7 @@ def torchshim_extension():
     return Extension(
         "pytorch_memlab._torchshim",
         sources=sorted(glob.glob("src/torchshim/*.cpp")),
+        depends=headers("include/memlab", "src/torchshim"),
         include_dirs=include_dirs,
         library_dirs=[os.path.join(torch_dir, "lib")],
         runtime_library_dirs=[os.path.join(torch_dir, "lib")],
