@@ -1,13 +1,19 @@
 """What was alive at each function's peak, by the line that made it (issue 26):
-real CPU tensors through the counting allocator, exact bytes."""
+real CPU tensors through the counting allocator, exact bytes.  The cases
+whose figures are the same in whole CUDA blocks run on the GPU too, where one
+is present (marked cuda)."""
 import threading
 
 import pytest
 
+from conftest import requires_cuda
 from helpers import MiB, line_of
 
 torch = pytest.importorskip("torch")
 from pytorch_memlab import LineProfiler, load  # noqa: E402
+
+# the cases whose figures are the same in whole CUDA blocks run on both
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, requires_cuda])]
 
 PEAK = "active_bytes.all.peak"
 
@@ -15,6 +21,8 @@ PEAK = "active_bytes.all.peak"
 def breakdown(prof, func):
     """(record["peak"], {lineno: held}) of ``func``, checked: the parts sum to
     the peak, which is the highest peak its table shows."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     record = prof.stats(func)[0]
     peak = record["peak"]
     held = {line["lineno"]: line["held_at_peak"] for line in record["lines"]
@@ -24,8 +32,15 @@ def breakdown(prof, func):
     return peak, held
 
 
-def u8(n):
-    return torch.empty(n, dtype=torch.uint8)
+def u8(n, device="cpu"):
+    return torch.empty(n, dtype=torch.uint8, device=device)
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    if request.param == "cuda":
+        torch.cuda.empty_cache()       # whole blocks of exactly the sizes asked
+    return request.param
 
 
 def issue_case():
@@ -114,55 +129,55 @@ def test_a_callees_bytes_count_on_the_callers_calling_line():
     assert inner_peak["before_call"] == peak["before_call"] + MiB   # outer's tensor
 
 
-def recursive(n):
-    x = u8(MiB)                      # each level
+def recursive(n, device):
+    x = u8(MiB, device)              # each level
     if n:
-        return [x] + recursive(n - 1)   # recurse
+        return [x] + recursive(n - 1, device)   # recurse
     return [x]
 
 
-def test_recursion_counts_on_the_outermost_frames_calling_line():
-    prof = LineProfiler(recursive, device="cpu")
+def test_recursion_counts_on_the_outermost_frames_calling_line(device):
+    prof = LineProfiler(recursive, device=device)
     with prof:
-        recursive(3)
+        recursive(3, device)
     peak, held = breakdown(prof, recursive)
     assert held == {line_of(recursive, "# each level"): MiB,
                     line_of(recursive, "# recurse"): 3 * MiB}
 
 
-def generator():
-    a = u8(2 * MiB)                  # before the first yield
+def generator(device):
+    a = u8(2 * MiB, device)          # before the first yield
     yield 1
-    b = u8(8 * MiB)                  # resumed
+    b = u8(8 * MiB, device)          # resumed
     del b
     yield a
 
 
-def test_a_generator_resumption_is_its_own_call():
-    prof = LineProfiler(generator, device="cpu")
+def test_a_generator_resumption_is_its_own_call(device):
+    prof = LineProfiler(generator, device=device)
     with prof:
-        assert list(generator())[0] == 1
+        assert list(generator(device))[0] == 1
     peak, held = breakdown(prof, generator)
     # what the first run made and kept is alive before the resumption began
     assert peak["lineno"] == line_of(generator, "# resumed")
     assert held == {line_of(generator, "# resumed"): 8 * MiB}
 
 
-def allocate_then_fail():
-    t = u8(8 * MiB)
+def allocate_then_fail(device):
+    t = u8(8 * MiB, device)
     raise ValueError(t.numel())
 
 
-def raises():
-    a = u8(4 * MiB)                  # kept
-    allocate_then_fail()             # the peak, then the exception
+def raises(device):
+    a = u8(4 * MiB, device)          # kept
+    allocate_then_fail(device)       # the peak, then the exception
 
 
-def test_an_exception_inside_the_peak_line():
-    prof = LineProfiler(raises, device="cpu")
+def test_an_exception_inside_the_peak_line(device):
+    prof = LineProfiler(raises, device=device)
     with prof:
         with pytest.raises(ValueError):
-            raises()
+            raises(device)
     peak, held = breakdown(prof, raises)
     assert peak["lineno"] == line_of(raises, "# the peak")
     assert held == {line_of(raises, "# kept"): 4 * MiB, line_of(raises, "# the peak"): 8 * MiB}

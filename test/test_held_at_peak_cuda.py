@@ -213,62 +213,6 @@ def test_cuda_polled_columns_leave_the_cells_empty_and_say_why():
         in text
 
 
-def recursive(n):
-    x = u8(MiB)                      # each level
-    if n:
-        return [x] + recursive(n - 1)   # recurse
-    return [x]
-
-
-def test_cuda_recursion_counts_on_the_outermost_frames_calling_line():
-    torch.cuda.empty_cache()
-    prof = LineProfiler(recursive, device="cuda")
-    with prof:
-        recursive(3)
-    peak, held = breakdown(prof, recursive)
-    assert held == {line_of(recursive, "# each level"): MiB,
-                    line_of(recursive, "# recurse"): 3 * MiB}
-
-
-def generator():
-    a = u8(2 * MiB)                  # before the first yield
-    yield 1
-    b = u8(8 * MiB)                  # resumed
-    del b
-    yield a
-
-
-def test_cuda_a_generator_resumption_is_its_own_call():
-    torch.cuda.empty_cache()
-    prof = LineProfiler(generator, device="cuda")
-    with prof:
-        assert list(generator())[0] == 1
-    peak, held = breakdown(prof, generator)
-    assert peak["lineno"] == line_of(generator, "# resumed")
-    assert held == {line_of(generator, "# resumed"): 8 * MiB}
-
-
-def allocate_then_fail():
-    t = u8(8 * MiB)
-    raise ValueError(t.numel())
-
-
-def raises():
-    a = u8(4 * MiB)                  # kept
-    allocate_then_fail()             # the peak, then the exception
-
-
-def test_cuda_an_exception_inside_the_peak_line():
-    torch.cuda.empty_cache()
-    prof = LineProfiler(raises, device="cuda")
-    with prof:
-        with pytest.raises(ValueError):
-            raises()
-    peak, held = breakdown(prof, raises)
-    assert peak["lineno"] == line_of(raises, "# the peak")
-    assert held == {line_of(raises, "# kept"): 4 * MiB, line_of(raises, "# the peak"): 8 * MiB}
-
-
 def two_lines_then_fail():
     a = u8(4 * MiB)                  # A
     b = u8(2 * MiB)                  # B

@@ -150,6 +150,8 @@ def test_profile_decorator_prints_the_postmortem(tmp_path):
     table, _, after = out.partition("Out of memory (RuntimeError) in train on cpu; "
                                     "figures read after the error:")
     assert "<-- RuntimeError raised here" in table and after
+    assert ("  live at the failure (call 1), by the line that allocated it:\n"
+            "    4.00M line 7\n") in after
     assert "  requested             4096.00P (4,611,686,018,427,387,904 bytes)" in after
     assert "    weights  float32         (1048576,)         4.00M  assigned at script.py:7" in after
     assert after.rstrip().endswith("caught")

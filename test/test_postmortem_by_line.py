@@ -8,7 +8,7 @@ import sys
 import threading
 
 import pytest
-from helpers import MiB, line_of, run_script
+from helpers import MiB, line_of
 
 torch = pytest.importorskip("torch")
 
@@ -174,24 +174,8 @@ def test_another_threads_bytes_are_other_threads():
     del held_by_thread
 
 
-def test_the_decorator_and_the_run_command_show_it(tmp_path):
-    out, _ = run_script(tmp_path, """
-        import torch
-        from pytorch_memlab import profile
-
-        @profile(device="cpu")
-        def train():
-            weights = torch.zeros(1 << 20)            # 4 MiB
-            grads = torch.empty(1 << 62, dtype=torch.uint8)
-            return weights, grads
-
-        try:
-            train()
-        except RuntimeError:
-            print("caught")
-        """)
-    assert ("  live at the failure (call 1), by the line that allocated it:\n"
-            "    4.00M line 7\n") in out
+def test_the_run_command_shows_it(tmp_path):
+    # (the decorator's printout: test_postmortem's decorator test)
     script = tmp_path / "prog.py"
     script.write_text("import torch\n\ndef work():\n    cache = torch.zeros(1 << 20)\n"
                       "    return torch.empty(1 << 62, dtype=torch.uint8), cache\n\nwork()\n")
