@@ -183,30 +183,30 @@ def test_an_exception_inside_the_peak_line(device):
     assert held == {line_of(raises, "# kept"): 4 * MiB, line_of(raises, "# the peak"): 8 * MiB}
 
 
-def waits_for_the_other_thread(entered, made, go_on):
-    a = u8(MiB)                      # own
+def waits_for_the_other_thread(entered, made, go_on, device):
+    a = u8(MiB, device)              # own
     entered.set()
     made.wait(30)                    # wait
-    b = u8(2 * MiB)                  # after
+    b = u8(2 * MiB, device)          # after
     go_on.set()
     return a, b
 
 
-def test_another_threads_bytes_are_other_threads():
+def test_another_threads_bytes_are_other_threads(device):
     entered, made, go_on = threading.Event(), threading.Event(), threading.Event()
     held_by_thread = []
 
     def other():
         entered.wait(30)             # allocate during the call, not before it
-        held_by_thread.append(u8(8 * MiB))
+        held_by_thread.append(u8(8 * MiB, device))
         made.set()
         go_on.wait(30)
 
-    prof = LineProfiler(waits_for_the_other_thread, device="cpu")
+    prof = LineProfiler(waits_for_the_other_thread, device=device)
     with prof:
         worker = threading.Thread(target=other)
         worker.start()
-        waits_for_the_other_thread(entered, made, go_on)
+        waits_for_the_other_thread(entered, made, go_on, device)
         worker.join()
     peak, held = breakdown(prof, waits_for_the_other_thread)
     assert peak["other_threads"] == 8 * MiB

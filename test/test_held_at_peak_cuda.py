@@ -2,8 +2,6 @@
 on the device.  Figures are whole allocator blocks, as active_bytes counts
 them; every breakdown is checked to sum to the peak its table shows.  Prints
 the figures it checks."""
-import threading
-
 import pytest
 
 from helpers import MiB, line_of
@@ -108,38 +106,6 @@ def test_cuda_nested_and_recursive():
     inner_peak, inner_held = breakdown(prof, inner)
     assert inner_held == {line_of(inner, "# inner temporary"): 8 * MiB}
     assert inner_peak["before_call"] == peak["before_call"] + MiB
-
-
-def waits_for_the_other_thread(entered, made, go_on):
-    a = u8(MiB)                      # own
-    entered.set()
-    made.wait(30)                    # wait
-    b = u8(2 * MiB)                  # after
-    go_on.set()
-    return a, b
-
-
-def test_cuda_another_threads_bytes_are_other_threads():
-    torch.cuda.empty_cache()
-    entered, made, go_on = threading.Event(), threading.Event(), threading.Event()
-    held_by_thread = []
-
-    def other():
-        entered.wait(30)
-        held_by_thread.append(u8(8 * MiB))
-        made.set()
-        go_on.wait(30)
-
-    prof = LineProfiler(waits_for_the_other_thread, device="cuda")
-    with prof:
-        worker = threading.Thread(target=other)
-        worker.start()
-        waits_for_the_other_thread(entered, made, go_on)
-        worker.join()
-    peak, held = breakdown(prof, waits_for_the_other_thread)
-    assert peak["other_threads"] == 8 * MiB
-    assert held == {line_of(waits_for_the_other_thread, "# own"): MiB,
-                    line_of(waits_for_the_other_thread, "# after"): 2 * MiB}
 
 
 def train_step(model, optimizer, x):

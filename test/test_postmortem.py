@@ -244,7 +244,11 @@ def test_run_command_prints_and_saves_the_postmortem(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr
     assert "Out of memory (RuntimeError) in work on cpu" in proc.stdout
+    assert "  live at the failure (call 1), by the line that allocated it:\n" \
+           "    4.00M line 4\n" in proc.stdout
     pm = json.loads((tmp_path / "out.json").read_text())["functions"][0]["postmortem"]
+    assert pm["live_by_line"]["lines"] == [{"lineno": 4, "bytes": 4 << 20}]
+    assert pm["live_by_line"]["call"] == 1
     assert pm["requested_bytes"] == TOO_MUCH
     assert pm["tensors"][0] == {"name": "cache", "kind": "local", "dtype": "float32",
                                 "shape": [1 << 20], "bytes": 4 << 20, "line": "prog.py:4"}

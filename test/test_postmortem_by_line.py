@@ -3,8 +3,6 @@ allocated it" (issue 26): real CPU tensors through the counting allocator, a
 real allocation failure (2**62 bytes), exact bytes.  The parts must add up to
 the allocated bytes the post-mortem reports, read at the same moment."""
 import json
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -172,21 +170,6 @@ def test_another_threads_bytes_are_other_threads():
     assert lines == {line_of(fails_while_another_thread_holds, "# own"): MiB}
     assert "8.00M other threads" in repr(prof.display())
     del held_by_thread
-
-
-def test_the_run_command_shows_it(tmp_path):
-    # (the decorator's printout: test_postmortem's decorator test)
-    script = tmp_path / "prog.py"
-    script.write_text("import torch\n\ndef work():\n    cache = torch.zeros(1 << 20)\n"
-                      "    return torch.empty(1 << 62, dtype=torch.uint8), cache\n\nwork()\n")
-    proc = subprocess.run([sys.executable, "-m", "pytorch_memlab", "run", "-d", "cpu",
-                           "-o", str(tmp_path / "out.json"), str(script)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1, proc.stderr
-    assert "    4.00M line 4\n" in proc.stdout
-    pm = json.loads((tmp_path / "out.json").read_text())["functions"][0]["postmortem"]
-    live, lines = by_line(pm)
-    assert lines == {4: 4 << 20} and live["call"] == 1
 
 
 def test_saved_and_loaded_and_older_post_mortems_print_without_it(tmp_path):
