@@ -1,6 +1,7 @@
 """Helpers shared by the test modules (pytest puts test/ on sys.path; the
 children run_fresh starts have it on theirs): the figures of a line, sources
-and interpreters for the tracer's tests, and the thread helpers."""
+and interpreters for the tracer's tests, the thread helpers, and an OOM
+post-mortem's live bytes by line."""
 import bdb
 import ctypes
 import inspect
@@ -24,6 +25,18 @@ def line_of(func, text):
         if text in line:
             return start + i
     raise AssertionError(text)
+
+
+def by_line(pm):
+    """An OOM post-mortem's (live_by_line, {lineno: bytes}), checked: the
+    parts sum to the post-mortem's allocated bytes."""
+    live = pm["live_by_line"]
+    lines = {row["lineno"]: row["bytes"] for row in live["lines"]}
+    assert [row["lineno"] for row in live["lines"]] == sorted(lines)
+    assert live["bytes"] == pm["allocated_bytes"]
+    assert (sum(lines.values()) + live["before_call"] + live["other_threads"]
+            + live["after_call"]) == live["bytes"]
+    return live, lines
 
 
 def line_figures(prof, func, text, device=None):

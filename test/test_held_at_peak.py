@@ -12,7 +12,6 @@ from helpers import MiB, line_of
 torch = pytest.importorskip("torch")
 from pytorch_memlab import LineProfiler, load  # noqa: E402
 
-# the cases whose figures are the same in whole CUDA blocks run on both
 DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, requires_cuda])]
 
 PEAK = "active_bytes.all.peak"

@@ -5,7 +5,7 @@ import json
 import re
 
 import pytest
-from helpers import MiB, line_of, run_script  # noqa: E402
+from helpers import MiB, by_line, line_of, run_script  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
@@ -247,8 +247,8 @@ def test_run_command_prints_and_saves_the_postmortem(tmp_path):
     assert "  live at the failure (call 1), by the line that allocated it:\n" \
            "    4.00M line 4\n" in proc.stdout
     pm = json.loads((tmp_path / "out.json").read_text())["functions"][0]["postmortem"]
-    assert pm["live_by_line"]["lines"] == [{"lineno": 4, "bytes": 4 << 20}]
-    assert pm["live_by_line"]["call"] == 1
+    live, lines = by_line(pm)
+    assert lines == {4: 4 << 20} and live["call"] == 1
     assert pm["requested_bytes"] == TOO_MUCH
     assert pm["tensors"][0] == {"name": "cache", "kind": "local", "dtype": "float32",
                                 "shape": [1 << 20], "bytes": 4 << 20, "line": "prog.py:4"}

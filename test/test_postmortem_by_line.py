@@ -6,7 +6,7 @@ import json
 import threading
 
 import pytest
-from helpers import MiB, line_of
+from helpers import MiB, by_line, line_of
 
 torch = pytest.importorskip("torch")
 
@@ -32,18 +32,6 @@ def two_lines_then_fail():
 def caller(hold):
     kept = u8(MiB) if hold else None
     return kept, two_lines_then_fail()
-
-
-def by_line(pm):
-    """(live_by_line, {lineno: bytes}), checked: the parts sum to the
-    post-mortem's allocated bytes."""
-    live = pm["live_by_line"]
-    lines = {row["lineno"]: row["bytes"] for row in live["lines"]}
-    assert [row["lineno"] for row in live["lines"]] == sorted(lines)
-    assert live["bytes"] == pm["allocated_bytes"]
-    assert (sum(lines.values()) + live["before_call"] + live["other_threads"]
-            + live["after_call"]) == live["bytes"]
-    return live, lines
 
 
 def fail_under(prof, run):
