@@ -198,10 +198,12 @@ def test_cuda_oom_names_the_big_tensor():
 
 @cuda
 def test_cuda_fragmentation_hint():
-    # 6 MiB tensors come three to a 20 MiB segment; keeping the middle one of each
-    # three leaves 6 and 8 MiB holes everywhere: 9 MiB fits in the reserved-but-free
-    # memory but in no single hole, and the device (capped here) has no room left
+    # 6 MiB tensors come three to a new 20 MiB segment; keeping the middle one of
+    # each leaves 6 and 8 MiB holes everywhere: 9 MiB fits in the reserved-but-free
+    # memory but in no single hole, and the device (capped here) has no room left.
+    # Blocks that filled holes of segments left by earlier tests are all kept.
     torch.cuda.empty_cache()
+    earlier = {s["address"] for s in torch.cuda.memory_snapshot()}
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved(0) + (1 << 30)) / total, 0)
     try:
@@ -211,8 +213,16 @@ def test_cuda_fragmentation_hint():
                 filled.append(torch.empty(6 * MiB, dtype=torch.uint8, device="cuda"))
         except torch.OutOfMemoryError:
             pass
-        kept = filled[1::3]
-        del filled
+        by_segment = {}
+        segments = torch.cuda.memory_snapshot()
+        for t in filled:
+            start = next(s["address"] for s in segments
+                         if s["address"] <= t.data_ptr() < s["address"] + s["total_size"])
+            by_segment.setdefault(start, []).append(t)
+        kept = [t for start, ts in by_segment.items()
+                for t in (ts if start in earlier else sorted(ts, key=torch.Tensor.data_ptr)[1:2])]
+        assert all(len(ts) == 3 for start, ts in by_segment.items() if start not in earlier)
+        del filled, by_segment, t
 
         def needs_a_hole():
             hole = torch.empty(9 * MiB, dtype=torch.uint8, device="cuda")
