@@ -101,8 +101,10 @@ typedef struct memlab_source {
 
     /* The per-allocation push; NULL when not offered.  From this call on,
      * every block the source counts on `device` reaches `listener` (one
-     * listener per process: a second call replaces it, NULL stops it), and
-     * *level is the device's active bytes now.  Control path.  0 or -1. */
+     * listener per process: a second call replaces it; NULL stops the pushes
+     * of `device` alone), and *level is the device's active bytes now,
+     * exactly: a block counted in it is not pushed, one pushed is not in it,
+     * even while other threads allocate.  Control path.  0 or -1. */
     int (*listen)(int device, memlab_alloc_listener listener, int64_t *level);
 } memlab_source;
 

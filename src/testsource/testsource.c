@@ -76,15 +76,27 @@ deferred_sample(int device, int64_t *out)
 static int
 deferred_listen(int device, memlab_alloc_listener listener, int64_t *level)
 {
-    deferred_listener = listener;
+    __atomic_store_n(&deferred_listener, listener, __ATOMIC_RELEASE);
     deferred_unsized = -1;
     *level = manual_state[0];
     return 0;
 }
 
+/* Devices 0 and 1, which read the same: a tracer can be moved between them
+ * (Tracer.set_device) while other threads push. */
+static int
+deferred_prepare(int device, char *err, int err_len)
+{
+    if (device != 0 && device != 1) {
+        snprintf(err, (size_t)err_len, "the deferred source has devices 0 and 1 only");
+        return -1;
+    }
+    return 0;
+}
+
 static const memlab_source deferred_source = {
     MEMLAB_SOURCE_ABI_VERSION, "deferred", N_MANUAL, manual_fields,
-    manual_prepare, deferred_sample, manual_reset_peaks, NULL, NULL, NULL,
+    deferred_prepare, deferred_sample, manual_reset_peaks, NULL, NULL, NULL,
     deferred_listen,
 };
 
@@ -154,6 +166,33 @@ deferred_block(PyObject *module, PyObject *args)
     return rc;
 }
 
+/* deferred_churn(ptr, size, n): n times, block ptr of `size` bytes made and
+ * freed on device 0, sizes known, pushed with the GIL released (as torch
+ * pushes from TorchScript or autograd's threads).  The readings stay. */
+static PyObject *
+deferred_churn(PyObject *module, PyObject *args)
+{
+    unsigned long long ptr;
+    long long size, n;
+    if (!PyArg_ParseTuple(args, "KLL:deferred_churn", &ptr, &size, &n)) {
+        return NULL;
+    }
+    if (ptr == 0 || size <= 0) {
+        PyErr_SetString(PyExc_ValueError, "deferred_churn: ptr and size must be positive");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (long long i = 0; i < n; i++) {
+        memlab_alloc_listener fn = __atomic_load_n(&deferred_listener, __ATOMIC_ACQUIRE);
+        if (fn != NULL) {
+            (void)fn("deferred", 0, (uintptr_t)ptr, size, MEMLAB_ALLOC);
+            (void)fn("deferred", 0, (uintptr_t)ptr, size, MEMLAB_FREE);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 deferred_listening(PyObject *module, PyObject *unused)
 {
@@ -166,6 +205,8 @@ static PyMethodDef manual_methods[] = {
     {"manual_reset", manual_reset, METH_NOARGS, "Manual source: all readings to 0."},
     {"deferred_block", deferred_block, METH_VARARGS,
      "Deferred source: block ptr of n > 0 bytes made, or n < 0 freed; sized later."},
+    {"deferred_churn", deferred_churn, METH_VARARGS,
+     "Deferred source: n blocks made and freed, sized, pushed without the GIL."},
     {"deferred_listening", deferred_listening, METH_NOARGS,
      "Deferred source: whether a listener is set."},
     {NULL, NULL, 0, NULL},

@@ -132,14 +132,28 @@ struct CpuState {
 
 std::atomic<CpuState *> g_state{nullptr};
 
-// The tracer's per-allocation listener (source.h's listen), or null.
+// The tracer's per-allocation listener (source.h's listen), or null, and
+// the device indices it listens on (bit i: device i).  CPU memory is one
+// pool whatever index a profiler reads it under, so each block reaches the
+// listener once per index listened on, and stopping one index leaves the
+// others' pushes alone.  Both change under CpuState::mutex only.
 std::atomic<memlab_alloc_listener> g_listener{nullptr};
+std::atomic<uint64_t> g_listening{0};
 
+// Called with state->mutex held, right where the totals move: a listener
+// installed meanwhile (cpu_listen takes the same mutex) reads a level that
+// either includes this block or sees its event, never both nor neither.
 void tell(void *ptr, std::size_t size, int alloc) noexcept {
     memlab_alloc_listener fn = g_listener.load(std::memory_order_acquire);
-    if (fn != nullptr)
-        (void)fn("cpu", 0, reinterpret_cast<uintptr_t>(ptr), static_cast<int64_t>(size),
+    if (fn == nullptr)
+        return;
+    uint64_t bits = g_listening.load(std::memory_order_acquire);
+    while (bits != 0) {
+        const int device = __builtin_ctzll(bits);
+        bits &= bits - 1;
+        (void)fn("cpu", device, reinterpret_cast<uintptr_t>(ptr), static_cast<int64_t>(size),
                  alloc ? MEMLAB_ALLOC : MEMLAB_FREE);
+    }
 }
 
 // The one deleter of every block the wrapper hands out.  Unknown pointers
@@ -148,25 +162,20 @@ void tell(void *ptr, std::size_t size, int alloc) noexcept {
 void counted_delete(void *ptr) {
     CpuState *state = g_state.load(std::memory_order_acquire);
     c10::DeleterFnPtr deleter = state->base_delete;
-    bool known = false;
-    std::size_t size = 0;
     if (ptr != nullptr) {
         std::lock_guard<std::mutex> lock(state->mutex);
         Block block{0, nullptr};
         if (state->live.take(ptr, &block)) {
-            known = true;
-            size = block.size;
             deleter = block.deleter;
+            state->bytes.decrease(static_cast<int64_t>(block.size));
+            state->blocks.decrease(1);
+            t_totals.bytes_freed += static_cast<int64_t>(block.size);
+            t_totals.blocks_freed += 1;
+            // Before the base frees it: its address cannot be handed out
+            // again (and reach the listener as a new block) before this
+            // free does.
+            tell(ptr, block.size, 0);
         }
-    }
-    if (known) {
-        state->bytes.decrease(static_cast<int64_t>(size));
-        state->blocks.decrease(1);
-        t_totals.bytes_freed += static_cast<int64_t>(size);
-        t_totals.blocks_freed += 1;
-        // Before the base frees it: its address cannot be handed out again
-        // (and reach the listener as a new block) before this free does.
-        tell(ptr, size, 0);
     }
     deleter(ptr);
 }
@@ -176,15 +185,13 @@ void counted_delete(void *ptr) {
 void remember(CpuState *state, void *ptr, std::size_t size,
               c10::DeleterFnPtr deleter) {
     Block stale{0, nullptr};
-    {
-        std::lock_guard<std::mutex> lock(state->mutex);
-        auto [block, inserted] = state->live.try_emplace(ptr, Block{size, deleter});
-        if (!inserted) {
-            // The address was freed behind our back and reused: retire the
-            // stale entry so the totals do not drift.
-            stale = *block;
-            *block = Block{size, deleter};
-        }
+    std::lock_guard<std::mutex> lock(state->mutex);
+    auto [block, inserted] = state->live.try_emplace(ptr, Block{size, deleter});
+    if (!inserted) {
+        // The address was freed behind our back and reused: retire the
+        // stale entry so the totals do not drift.
+        stale = *block;
+        *block = Block{size, deleter};
     }
     if (stale.deleter != nullptr) {
         state->bytes.decrease(static_cast<int64_t>(stale.size));
@@ -352,6 +359,7 @@ int64_t seed_one(CpuState *state, c10::StorageImpl *impl) {
     // A later resize_ allocates through the storage's own allocator.
     if (impl->allocator() == state->base && g_wrapper != nullptr)
         impl->set_allocator(g_wrapper);
+    std::lock_guard<std::mutex> lock(state->mutex);
     const int64_t b = state->bytes.current.fetch_add(static_cast<int64_t>(size)) +
                       static_cast<int64_t>(size);
     const int64_t n = state->blocks.current.fetch_add(1) + 1;
@@ -454,7 +462,19 @@ int cpu_listen(int device, memlab_alloc_listener listener, int64_t *level) noexc
     CpuState *state = g_state.load(std::memory_order_acquire);
     if (state == nullptr)
         return -1;
-    g_listener.store(listener, std::memory_order_release);
+    if (device < 0 || device >= 64)
+        return -1;
+    // Under the mutex every block's count and push happen together (tell):
+    // the level read here and the pushes from here on add up exactly.
+    std::lock_guard<std::mutex> lock(state->mutex);
+    const uint64_t bit = uint64_t{1} << device;
+    uint64_t bits = g_listening.load(std::memory_order_relaxed);
+    bits = listener != nullptr ? bits | bit : bits & ~bit;
+    if (listener != nullptr)
+        g_listener.store(listener, std::memory_order_release);
+    g_listening.store(bits, std::memory_order_release);
+    if (bits == 0)
+        g_listener.store(nullptr, std::memory_order_release);
     *level = state->bytes.current.load(std::memory_order_acquire);
     return 0;
 }

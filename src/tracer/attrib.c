@@ -6,16 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One open (or still referenced) outermost frame of a profiled function. */
-struct AttribCall {
-    int refs;              /* 1 while open, +1 per live block, +1 per child Call */
-    int is_open;
-    AttribCall *parent;    /* Owned reference. the enclosing Call on its thread */
-    int parent_line;       /* the parent's line when this began (fixed meanwhile) */
-    LineTable *table;      /* Borrowed: tables outlive their Calls (detach first) */
-    int line;              /* current line; written by its own thread (atomics) */
+/* What only an open Call needs: freed when it ends, so a Call that a kept
+ * block holds on to costs a few words, not a word per line of its function. */
+typedef struct AttribOpen {
     uint64_t thread;
-    uint64_t start_seq;    /* blocks numbered below this were alive before */
     int64_t call;
     int64_t before;        /* alive before it began, still alive */
     int64_t other;         /* made by other threads since, still alive */
@@ -24,6 +18,17 @@ struct AttribCall {
     int n_slots;
     AttribCall *next_open; /* Borrowed. the open list, newest first */
     int64_t live[];        /* per line of the table: made there, still alive */
+} AttribOpen;
+
+/* One open (or still referenced) outermost frame of a profiled function. */
+struct AttribCall {
+    int refs;              /* 1 while open, +1 per live block, +1 per child Call */
+    int line;              /* current line; written by its own thread (atomics) */
+    AttribCall *parent;    /* Owned reference. the enclosing Call on its thread */
+    LineTable *table;      /* Borrowed: tables outlive their Calls (detach first) */
+    uint64_t start_seq;    /* blocks numbered below this were alive before */
+    int parent_line;       /* the parent's line when this began (fixed meanwhile) */
+    AttribOpen *open;      /* Owned. NULL once the Call has ended */
 };
 
 /* One live block.  ptr 0 marks an empty slot. */
@@ -68,10 +73,10 @@ static void unlock_after_fork(void) { unlock(); }
  * with (before the first line event, or a table widened since) counts on its
  * first slot, the def. */
 static inline int
-slot_of(const AttribCall *c, int line)
+slot_of(const AttribOpen *op, int line)
 {
-    int s = line - c->first_line;
-    return s >= 0 && s < c->n_slots ? s : 0;
+    int s = line - op->first_line;
+    return s >= 0 && s < op->n_slots ? s : 0;
 }
 
 /* The same, for the table's slots now. */
@@ -87,9 +92,20 @@ call_release(AttribCall *c)
 {
     while (c != NULL && --c->refs == 0) {
         AttribCall *parent = c->parent;
+        free(c->open);
         free(c);
         c = parent;
     }
+}
+
+/* The nearest Call from c up that is still open, or NULL. */
+static AttribCall *
+open_from(AttribCall *c)
+{
+    while (c != NULL && c->open == NULL) {
+        c = c->parent;
+    }
+    return c;
 }
 
 /* ---- the block table: linear probing, backward-shift deletion ---- */
@@ -202,15 +218,16 @@ snapshot_if_higher(Attrib *a, AttribCall *c)
     if (p == NULL || a->level <= p->bytes) {
         return;
     }
+    const AttribOpen *op = c->open;
     p->bytes = a->level;
     p->line = __atomic_load_n(&c->line, __ATOMIC_RELAXED);
-    p->call = c->call;
-    p->before = c->before;
-    p->other = c->other;
+    p->call = op->call;
+    p->before = op->before;
+    p->other = op->other;
     /* Line by line: the table may have widened between the two. */
     for (int i = 0; i < p->n_slots; i++) {
-        int s = p->first_line + i - c->first_line;
-        p->held[i] = s >= 0 && s < c->n_slots ? c->live[s] : 0;
+        int s = p->first_line + i - op->first_line;
+        p->held[i] = s >= 0 && s < op->n_slots ? op->live[s] : 0;
     }
 }
 
@@ -232,8 +249,8 @@ peak_new(const LineTable *table)
 static void
 free_before(Attrib *a, int64_t size)
 {
-    for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
-        o->before -= size;
+    for (AttribCall *o = a->open; o != NULL; o = o->open->next_open) {
+        o->open->before -= size;
     }
     a->level -= size;
 }
@@ -258,18 +275,20 @@ on_free(Attrib *a, uintptr_t ptr, int64_t size)
     uint64_t mark = ++a->seq;
     int line = b->line;
     for (AttribCall *c = b->call; c != NULL; line = c->parent_line, c = c->parent) {
-        c->live[slot_of(c, line)] -= size;
-        c->mark = mark;
+        if (c->open != NULL) {
+            c->open->live[slot_of(c->open, line)] -= size;
+            c->open->mark = mark;
+        }
     }
-    for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
-        if (o->mark == mark) {
+    for (AttribCall *o = a->open; o != NULL; o = o->open->next_open) {
+        if (o->open->mark == mark) {
             continue;
         }
         if (b->seq < o->start_seq) {
-            o->before -= size;
+            o->open->before -= size;
         }
         else {
-            o->other -= size;
+            o->open->other -= size;
         }
     }
     a->level -= size;
@@ -288,21 +307,23 @@ charge(Attrib *a, const AttribBlock *b, uint64_t seq, int64_t size)
     a->level += size;
     int l = b->line;
     for (AttribCall *c = b->call; c != NULL; l = c->parent_line, c = c->parent) {
-        c->live[slot_of(c, l)] += size;
-        c->mark = mark;
+        if (c->open != NULL) {
+            c->open->live[slot_of(c->open, l)] += size;
+            c->open->mark = mark;
+        }
     }
-    for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
-        if (o->mark == mark) {
+    for (AttribCall *o = a->open; o != NULL; o = o->open->next_open) {
+        if (o->open->mark == mark) {
             continue;
         }
         if (seq < o->start_seq) {
-            o->before += size;
+            o->open->before += size;
         }
         else {
-            o->other += size;
+            o->open->other += size;
         }
     }
-    for (AttribCall *o = a->open; o != NULL; o = o->next_open) {
+    for (AttribCall *o = a->open; o != NULL; o = o->open->next_open) {
         snapshot_if_higher(a, o);
     }
 }
@@ -529,8 +550,9 @@ attrib_detach(Attrib *a)
      * open lost its frame's end: close it here. */
     while (a->open != NULL) {
         AttribCall *c = a->open;
-        a->open = c->next_open;
-        c->is_open = 0;
+        a->open = c->open->next_open;
+        free(c->open);
+        c->open = NULL;
         call_release(c);
     }
     free(a->tops);
@@ -579,8 +601,12 @@ attrib_push(Attrib *a, LineTable *table, int line, int64_t call)
         top->thread = thread;
         top->top = NULL;
     }
-    c = calloc(1, sizeof(AttribCall) + sizeof(int64_t) * (size_t)table->n_slots);
-    if (c == NULL) {
+    c = calloc(1, sizeof(AttribCall));
+    AttribOpen *op = calloc(1, sizeof(AttribOpen) + sizeof(int64_t) * (size_t)table->n_slots);
+    if (c == NULL || op == NULL) {
+        free(c);
+        free(op);
+        c = NULL;
         a->failed = 1;
         if (top->top == NULL) {
             *top = a->tops[--a->n_tops];
@@ -588,27 +614,27 @@ attrib_push(Attrib *a, LineTable *table, int line, int64_t call)
         goto done;
     }
     c->refs = 1;
-    c->is_open = 1;
+    c->open = op;
     c->parent = parent;
     if (parent != NULL) {
         parent->refs++;
         c->parent_line = __atomic_load_n(&parent->line, __ATOMIC_RELAXED);
     }
     c->table = table;
-    c->first_line = table->first_line;
-    c->n_slots = table->n_slots;
+    op->first_line = table->first_line;
+    op->n_slots = table->n_slots;
     c->line = line;
-    c->thread = thread;
+    op->thread = thread;
     /* A number of its own: it also tells this Call from any other (the
      * blocks made during it are numbered above it). */
     c->start_seq = ++a->seq;
-    c->call = call;
+    op->call = call;
     table->peak->latest_start = c->start_seq;
     table->peak->latest_end = 0;
     table->peak->latest_call = call;
     table->peak->latest_attach = a->attaches;
-    c->before = a->level;
-    c->next_open = a->open;
+    op->before = a->level;
+    op->next_open = a->open;
     a->open = c;
     top->top = c;
     snapshot_if_higher(a, c);
@@ -627,27 +653,31 @@ void
 attrib_pop(Attrib *a, AttribCall *c)
 {
     lock();
-    if (c->is_open) {
+    AttribOpen *op = c->open;
+    if (op != NULL) {
         AttribCall **link = &a->open;
         while (*link != NULL && *link != c) {
-            link = &(*link)->next_open;
+            link = &(*link)->open->next_open;
         }
         if (*link == c) {
-            *link = c->next_open;
+            *link = op->next_open;
         }
-        c->next_open = NULL;
-        c->is_open = 0;
+        c->open = NULL;
         AttribPeak *p = c->table->peak;
         if (p != NULL && p->latest_start == c->start_seq) {
             p->latest_end = ++a->seq;   /* blocks made after it are numbered above */
         }
-        AttribTop *top = top_of(a, c->thread);
+        /* The thread's top is always an open Call: its frames may end out
+         * of order (tracer_drop_calls, an unwinding generator), and blocks
+         * made there meanwhile must never reach a Call that has ended. */
+        AttribTop *top = top_of(a, op->thread);
         if (top != NULL && top->top == c) {
-            top->top = c->parent;
+            top->top = open_from(c->parent);
             if (top->top == NULL) {
                 *top = a->tops[--a->n_tops];
             }
         }
+        free(op);
         call_release(c);
     }
     unlock();

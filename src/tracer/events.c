@@ -322,7 +322,9 @@ tracer_drop_calls(TracerObject *t)
 {
     for (int s = 0; s < t->threads.n; s++) {
         ThreadStack *stack = t->threads.records[s];
-        for (int i = 0; i < stack->depth; i++) {
+        /* Innermost first, as the frames themselves would end: each pop
+         * hands the thread's top to a parent that is still open. */
+        for (int i = stack->depth - 1; i >= 0; i--) {
             if (stack->frames[i].acall != NULL) {
                 attrib_pop(&t->attrib, stack->frames[i].acall);
                 stack->frames[i].acall = NULL;

@@ -191,8 +191,11 @@ Tracer_enable(TracerObject *self, PyObject *unused)
     memlab_enabled_tracers = self;
     self->enabled = 1;
     if (hook_enable(self) < 0) {
+        /* hook_enable may run Python (threading.settrace): other threads
+         * have pushed frames meanwhile; end them before their Calls go. */
         self->enabled = 0;
         enabled_list_remove(self);
+        tracer_close_all_frames(self);
         attrib_detach(&self->attrib);
         sampler_stop(&self->sampler);
         self->state = TRACER_OFF;
