@@ -160,7 +160,9 @@ blocks_find(Attrib *a, uintptr_t ptr)
 static AttribBlock *
 blocks_add(Attrib *a, uintptr_t ptr)
 {
-    if ((a->used + 1) * 2 > a->capacity) {
+    /* Up to three quarters full: kept blocks cost host memory for as long
+     * as they live, and probes stay short at that load. */
+    if ((a->used + 1) * 4 > a->capacity * 3) {
         size_t cap = a->capacity ? a->capacity * 2 : MIN_CAPACITY;
         if (blocks_resize(a, cap) < 0) {
             return NULL;
