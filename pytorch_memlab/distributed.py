@@ -69,13 +69,17 @@ def rank_path(out_dir: str, rank: int) -> str:
 
 def write_rank_file(doc: dict[str, Any], out_dir: str) -> str:
     """Write this rank's document to ``out_dir/rank<R>.json`` atomically."""
+    from .common.files import write_replacing
     from .records.json_file import dumps
     os.makedirs(out_dir, exist_ok=True)
     path = rank_path(out_dir, doc["rank"]["rank"])
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as out:
-        out.write(dumps(doc))
-    os.replace(tmp, path)
+    text = dumps(doc)
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as out:
+            out.write(text)
+
+    write_replacing(path, write)
     return path
 
 
@@ -298,7 +302,8 @@ def decorator_reporter(profilers: Callable[[], list[Any]]) -> Optional[RankRepor
                 reporter.write_file()
 
             from .signals import StopWriter
-            StopWriter(write_stopped).install()     # for the process's life
+            StopWriter(write_stopped,           # for the process's life
+                       lambda: [p._lock for p in profilers()]).install()
     return _decorator_reporter
 
 

@@ -1,17 +1,20 @@
 """A profiled process stopped by SIGTERM or SIGINT still writes its profile.
 
-``StopWriter(write).install()`` (main thread only) puts one handler on both
-signals.  The profile is written by a watcher thread that the interpreter's
-own C-level handler wakes through ``signal.set_wakeup_fd``: a main thread
-stuck in a C call (a collective that never completes, which is where torchrun's
-SIGTERM finds a surviving rank) never runs a Python handler, but the thread
-does, and reads the main thread's stack from ``sys._current_frames``.  When the
-main thread runs the Python handler, it waits briefly for that write (or
-writes itself, if there is no watcher), then gives the signal its usual
-effect: the handler installed before us is called; with none (``SIG_DFL``) the
-default is restored and the signal raised again, so the process ends as it
-would have (SIGTERM: killed by it).  ``write(signum, frame)`` receives the
-main thread's frame, to mark the line that was running.
+``StopWriter(write, locks).install()`` (main thread only) puts one handler on
+both signals.  Each signal is written once: by the Python handler when the
+main thread runs it, else by a watcher thread that the interpreter's own
+C-level handler wakes through ``signal.set_wakeup_fd``: a main thread stuck in
+a C call (a collective that never completes, which is where torchrun's SIGTERM
+finds a surviving rank) never runs a Python handler, but the thread does, and
+reads the main thread's stack from ``sys._current_frames``.  ``locks()`` lists
+the locks the write takes (the profilers'); the main thread may hold one when
+the signal lands, so the watcher only ever tries them (see "writing").  The
+handler then gives the signal its usual effect: the handler installed before
+us is called; with none (``SIG_DFL``) the default is restored and the signal
+raised again, so the process ends as it would have (SIGTERM: killed by it).
+A program that goes on (it caught the KeyboardInterrupt) is written again on
+the next signal.  ``write(signum, frame)`` receives the main thread's frame,
+to mark the line that was running.
 
 A handler the program installs *after* us must not silence the write:
 ``signal.signal`` and ``signal.getsignal`` are wrapped while installed, so the
@@ -24,17 +27,37 @@ the watcher thread still writes, as long as the wakeup fd is ours.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import sys
 import threading
+import time
 import types
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 STOPPING = (signal.SIGTERM, signal.SIGINT)
-WAIT_FOR_WATCHER_S = 5.0     # the main thread's wait for the watcher's write
+WAIT_FOR_WATCHER_S = 5.0     # the main thread's wait for a write the watcher began
+LOCK_POLL_S = 0.01           # the watcher's wait between tries of the write's locks
 
 Write = Callable[[int, Optional[types.FrameType]], None]
+
+
+class Lock(Protocol):
+    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
+    def release(self) -> None: ...
+
+
+def _try_acquire(locks: Sequence[Lock]) -> Optional[Sequence[Lock]]:
+    """All of ``locks``, or none of them (None): never one held while waiting."""
+    held: list[Lock] = []
+    for lock in locks:
+        if not lock.acquire(blocking=False):
+            for taken in reversed(held):
+                taken.release()
+            return None
+        held.append(lock)
+    return held
 
 
 def signal_name(signum: int) -> str:
@@ -45,11 +68,16 @@ def signal_name(signum: int) -> str:
 
 
 class StopWriter:
-    def __init__(self, write: Write) -> None:
+    def __init__(self, write: Write, locks: Callable[[], Sequence[Lock]] = tuple) -> None:
         self._write = write
+        self._locks = locks     # the re-entrant locks ``write`` takes (see "writing")
         self._previous: dict[int, Any] = {}     # the program's handler, per signal
-        self._written = threading.Event()
-        self._writing = threading.Lock()
+        # re-entrant: a handler may run inside a handler that holds it
+        self._state = threading.RLock()     # guards the next three; never held while writing
+        self._pending: Optional[tuple[int, Optional[types.FrameType]]] = None
+        self._unanswered = 0
+        self._idle = threading.Event()      # clear while the watcher writes
+        self._idle.set()
         self._sockets: Optional[tuple[socket.socket, socket.socket]] = None
         self._watcher: Optional[threading.Thread] = None
         self._wrapped: Optional[tuple[Any, Any]] = None      # signal.signal, getsignal
@@ -147,64 +175,115 @@ class StopWriter:
         return current
 
     # ---- writing -----------------------------------------------------------------
+    #
+    # Who writes a signal: the handler whenever the main thread runs it, else
+    # the watcher.  The main thread may be interrupted while it holds a lock
+    # the write takes (a profiler's, re-entrant): its own write goes through,
+    # so the watcher must never block on one.  It takes the locks of
+    # ``locks()`` only all at once, polling, and gives up the signal as soon
+    # as the handler takes it; the handler waits only for a watcher write
+    # that holds them all, which nothing of the main thread's holds up.  Which
+    # signals are written is decided under ``_state``, the only place the
+    # wakeup socket is read: a signal is still in the socket, pending (taken
+    # out, not written), or written by the watcher and not yet seen by its
+    # handler (``_unanswered``), so each is written once.  Not a snapshot
+    # without the lock (the profiler's tables change under it), not a timed
+    # wait (a write that timed out would still land later, a second time).
 
     def _watch(self, receive: socket.socket) -> None:
         while True:
             try:
-                data = receive.recv(64)
+                select.select([receive], [], [])
+            except (OSError, ValueError):     # closed by uninstall
+                return
+            with self._state:
+                if not self._take_signals():
+                    return
+                if self._pending is None:
+                    continue
+            self._write_when_free()
+
+    def _take_signals(self) -> bool:
+        """Under ``_state``: the signals waiting in the socket become pending
+        (the main thread's frame read now); False once the socket is closed."""
+        if self._sockets is None:
+            return False
+        receive = self._sockets[0]
+        while True:
+            try:
+                data = receive.recv(64, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return True
             except OSError:
-                return
+                return False
             if not data:
-                return
+                return False
             for signum in data:
-                if signum in self._previous:
+                if signum in self._previous and self._pending is None:
                     main = threading.main_thread().ident
                     frame = sys._current_frames().get(main) if main is not None else None
-                    self._write_once(signum, frame)
+                    self._pending = (signum, frame)
 
-    def _write_once(self, signum: int, frame: Optional[types.FrameType]) -> None:
-        with self._writing:
-            if self._written.is_set():
-                return
-            try:
-                self._write(signum, frame)
-            except Exception as exc:   # never keep the signal from its effect
-                print(f"pytorch_memlab: could not write the profile on "
-                      f"{signal_name(signum)}: {exc!r}", file=sys.stderr)
-            finally:
-                self._written.set()
-
-    def _watched(self) -> bool:
-        """Whether the watcher is woken by signals now (main thread only): the
-        program (asyncio) may have set a wakeup fd of its own since."""
-        if self._sockets is None or self._watcher is None or not self._watcher.is_alive():
-            return False
+    def _write_when_free(self) -> None:
+        """The watcher: write the pending signal once every lock of the write
+        is free, unless the handler takes it first."""
+        while True:
+            held = _try_acquire(self._locks())
+            if held is not None:
+                break
+            with self._state:
+                if self._pending is None or self._sockets is None:   # taken; uninstalled
+                    return
+            time.sleep(LOCK_POLL_S)
         try:
-            current = signal.set_wakeup_fd(-1)
-            signal.set_wakeup_fd(current, warn_on_full_buffer=False)
-        except (ValueError, OSError):
-            return False
-        return current == self._sockets[1].fileno()
+            with self._state:
+                if self._pending is None:
+                    return
+                signum, frame = self._pending
+                self._pending = None
+                self._idle.clear()
+            try:
+                self._write_reporting(signum, frame)
+            finally:
+                with self._state:
+                    wrapped = self._wrapped
+                    if wrapped is not None and wrapped[1](signum) == self._handle:
+                        self._unanswered += 1      # its handler is still to run
+                    self._idle.set()
+        finally:
+            for lock in reversed(held):
+                lock.release()
+
+    def _write_for_handler(self, signum: int, frame: Optional[types.FrameType]) -> None:
+        """The handler: write, unless the watcher wrote this signal already."""
+        deadline = time.monotonic() + WAIT_FOR_WATCHER_S
+        while True:
+            with self._state:
+                if self._idle.is_set():
+                    self._take_signals()
+                    if self._pending is None and self._unanswered > 0:
+                        self._unanswered -= 1
+                        return
+                    self._pending = None
+                    break
+            if not self._idle.wait(max(0.0, deadline - time.monotonic())):
+                print(f"pytorch_memlab: {signal_name(signum)}: the profile is still being "
+                      "written by another thread", file=sys.stderr)
+                return
+        self._write_reporting(signum, frame)
+
+    def _write_reporting(self, signum: int, frame: Optional[types.FrameType]) -> None:
+        try:
+            self._write(signum, frame)
+        except Exception as exc:   # never keep the signal from its effect
+            print(f"pytorch_memlab: could not write the profile on "
+                  f"{signal_name(signum)}: {exc!r}", file=sys.stderr)
 
     def _handle(self, signum: int, frame: Optional[types.FrameType]) -> Any:
-        if not self._watched() or not self._written.wait(WAIT_FOR_WATCHER_S):
-            # No watcher, or it has not written: it may wait for a lock this
-            # thread holds (the profiler's, re-entrant here): write from here.
-            if self._writing.acquire(timeout=WAIT_FOR_WATCHER_S):
-                self._writing.release()
-            if not self._written.is_set():
-                self._written.set()
-                try:
-                    self._write(signum, frame)
-                except Exception as exc:
-                    print(f"pytorch_memlab: could not write the profile on "
-                          f"{signal_name(signum)}: {exc!r}", file=sys.stderr)
+        self._write_for_handler(signum, frame)
         previous = self._previous.get(signum, signal.SIG_DFL)
         if callable(previous) or previous is signal.SIG_IGN:
-            try:
-                return previous(signum, frame) if callable(previous) else None
-            finally:        # the program goes on: a later signal writes again
-                self._written.clear()
+            return previous(signum, frame) if callable(previous) else None
         # SIG_DFL, or a handler installed from C (None): the default, again
         self.uninstall()
         signal.signal(signum, signal.SIG_DFL)

@@ -203,7 +203,7 @@ def run_program(args: argparse.Namespace) -> int:
             _write_files(profiler, program, ending["status"], args, quiet=True)
 
     from ..signals import StopWriter
-    stop_writer = StopWriter(write_stopped)
+    stop_writer = StopWriter(write_stopped, lambda: [profiler._lock])
     if ranked is not None or args.output is not None or args.html is not None:
         stop_writer.install()
     registrar.install()
@@ -265,16 +265,9 @@ def _write_files(profiler: Any, program: Program, status: Optional[int],
 
 
 def _replace(write: Any, data: Any, path: str) -> None:
-    """``write(data, path)`` through a temporary file: a process killed while
-    writing (SIGKILL after a SIGTERM) leaves the old file or the new one."""
-    root, ext = os.path.splitext(path)
-    tmp = f"{root}.{os.getpid()}.tmp{ext}"      # the extension tells the format
-    try:
-        write(data, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    """``write(data, path)`` through a temporary file of its own (``write_replacing``)."""
+    from ..common.files import write_replacing
+    write_replacing(path, lambda tmp: write(data, tmp))
 
 
 def _write_html(data: Any, path: str) -> None:
