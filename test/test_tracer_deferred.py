@@ -2,6 +2,8 @@
 its next event or reading (issue 26), as the CUDA source does: the test
 source "deferred" pushes blocks exactly that way (with no size at the event,
 MEMLAB_SIZED later), so CI checks the protocol the device relies on."""
+import threading
+
 import pytest
 
 from helpers import MiB, line_of
@@ -114,3 +116,62 @@ def test_follow_blocks_false_follows_none():
     t.disable()
     assert t.peaks() == [(issue_case.__code__, None)]
     assert "follow_blocks=False" in t.peak_unavailable
+
+
+def makes_nothing_then_frees_an_older_block():
+    block(0xA00, 0)                                # moves no bytes
+    block(0x100, -MiB)                             # frees the older one
+    block(0xB00, 2 * MiB)                          # the peak
+    return 0
+
+
+def test_a_block_that_moved_no_bytes_leaves_the_next_frees_size_alone():
+    """An allocator event that moved no active bytes gets no size (the CUDA
+    source drops it); the free after it, of a block made before profiling,
+    still lowers the level by its size."""
+    block(0x100, MiB)
+    f = makes_nothing_then_frees_an_older_block
+    t = tracer_for(f)
+    t.enable()
+    f()
+    t.disable()
+    assert peak_of(t, f) == (2 * MiB, line_of(f, "# the peak"), 1, 0, 0,
+                             {line_of(f, "# the peak"): 2 * MiB})
+
+
+def waits_in_a(ready, go):
+    ready.set()
+    go.wait()                                      # a waits
+    return 0
+
+
+def waits_in_b(ready, go):
+    ready.set()
+    go.wait()                                      # b waits
+    return 0
+
+
+@pytest.mark.parametrize("profiling", [(waits_in_a,), (waits_in_a, waits_in_b)])
+def test_a_block_from_a_thread_without_python(profiling):
+    """Autograd's device threads allocate for a backward() called on some
+    Python thread, and cannot say which: with one thread profiling, its line
+    holds the block; with two, neither guesses (another thread's for both)."""
+    t = tracer_for(waits_in_a, waits_in_b)
+    go = threading.Event()
+    readies = [threading.Event() for _ in profiling]
+    threads = [threading.Thread(target=f, args=(r, go)) for f, r in zip(profiling, readies)]
+    t.enable()
+    for thread, ready in zip(threads, readies):
+        thread.start()
+        ready.wait()
+    _testsource.deferred_native_block(0xD00, MiB)
+    go.set()
+    for thread in threads:
+        thread.join()
+    t.disable()
+    for f in profiling:
+        _, _, _, _, other, held = peak_of(t, f)
+        if len(profiling) == 1:
+            assert (held, other) == ({line_of(f, "# a waits"): MiB}, 0)
+        else:
+            assert (held, other) == ({}, MiB)

@@ -5,6 +5,8 @@
 #include "compat.h"
 #include "memlab/source.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 static const memlab_field manual_fields[] = {
@@ -60,7 +62,8 @@ static int64_t deferred_size;
 static void
 deferred_settle(void)
 {
-    if (deferred_unsized >= 0 && deferred_listener != NULL) {
+    /* A block that moved no bytes gets no size, as in the CUDA source. */
+    if (deferred_unsized >= 0 && deferred_listener != NULL && deferred_size != 0) {
         (void)deferred_listener("deferred", 0, deferred_ptr, deferred_size, MEMLAB_SIZED);
     }
     deferred_unsized = -1;
@@ -130,7 +133,9 @@ manual_reset(PyObject *module, PyObject *unused)
 }
 
 /* deferred_block(ptr, n): n > 0 allocates block ptr of n bytes, n < 0 frees
- * it; the readings move as manual_alloc(n) moves them. */
+ * it, n == 0 allocates a block whose size comes as 0 (an allocator event
+ * that moved no active bytes); the readings move as manual_alloc(n) moves
+ * them. */
 static PyObject *
 deferred_block(PyObject *module, PyObject *args)
 {
@@ -139,14 +144,14 @@ deferred_block(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "KL:deferred_block", &ptr, &n)) {
         return NULL;
     }
-    if (ptr == 0 || n == 0) {
-        PyErr_SetString(PyExc_ValueError, "deferred_block: ptr and n must be non-zero");
+    if (ptr == 0) {
+        PyErr_SetString(PyExc_ValueError, "deferred_block: ptr must be non-zero");
         return NULL;
     }
     deferred_settle();
     int unsized = -1;
     if (deferred_listener != NULL) {
-        if (n > 0) {
+        if (n >= 0) {
             (void)deferred_listener("deferred", 0, (uintptr_t)ptr, 0, MEMLAB_ALLOC);
             unsized = MEMLAB_ALLOC;
         }
@@ -193,6 +198,56 @@ deferred_churn(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+struct native_push {
+    uintptr_t ptr;
+    int64_t size;
+};
+
+static void *
+native_push_run(void *arg)
+{
+    const struct native_push *push = arg;
+    memlab_alloc_listener fn = __atomic_load_n(&deferred_listener, __ATOMIC_ACQUIRE);
+    if (fn != NULL) {
+        (void)fn("deferred", 0, push->ptr, push->size, MEMLAB_ALLOC);
+    }
+    return NULL;
+}
+
+/* deferred_native_block(ptr, size): block ptr of `size` bytes made, sized,
+ * on a thread Python never ran on (as autograd's device threads push during
+ * backward()); it stays alive.  The readings stay. */
+static PyObject *
+deferred_native_block(PyObject *module, PyObject *args)
+{
+    struct native_push push;
+    unsigned long long ptr;
+    long long size;
+    if (!PyArg_ParseTuple(args, "KL:deferred_native_block", &ptr, &size)) {
+        return NULL;
+    }
+    if (ptr == 0 || size <= 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "deferred_native_block: ptr and size must be positive");
+        return NULL;
+    }
+    push.ptr = (uintptr_t)ptr;
+    push.size = size;
+    pthread_t thread;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = pthread_create(&thread, NULL, native_push_run, &push);
+    if (rc == 0) {
+        rc = pthread_join(thread, NULL);
+    }
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 deferred_listening(PyObject *module, PyObject *unused)
 {
@@ -207,6 +262,8 @@ static PyMethodDef manual_methods[] = {
      "Deferred source: block ptr of n > 0 bytes made, or n < 0 freed; sized later."},
     {"deferred_churn", deferred_churn, METH_VARARGS,
      "Deferred source: n blocks made and freed, sized, pushed without the GIL."},
+    {"deferred_native_block", deferred_native_block, METH_VARARGS,
+     "Deferred source: a block made, sized, on a thread without Python."},
     {"deferred_listening", deferred_listening, METH_NOARGS,
      "Deferred source: whether a listener is set."},
     {NULL, NULL, 0, NULL},

@@ -383,11 +383,14 @@ on_alloc(Attrib *a, uint64_t thread, uintptr_t ptr, int64_t size)
         (void)on_free(a, ptr, 0);
     }
     AttribTop *top = top_of(a, thread);
-    /* A thread without Python (autograd's engine) works for the newest open
-     * Call; a Python thread with no Call open here is another thread. */
+    /* A thread without Python (autograd's device threads) works for a
+     * backward() called on some Python thread; it cannot say which.  With
+     * one thread profiling, that one; with several, no guess: another
+     * thread's, for each of them.  A Python thread with no Call open here is
+     * another thread. */
     AttribCall *call = top != NULL ? top->top : NULL;
-    if (top == NULL && a->open != NULL && !runs_python_now()) {
-        call = a->open;
+    if (top == NULL && a->n_tops == 1 && !runs_python_now()) {
+        call = a->tops[0].top;
     }
     AttribBlock made = {ptr, 0, ++a->seq, call,
                         call != NULL ? __atomic_load_n(&call->line, __ATOMIC_RELAXED) : -1};

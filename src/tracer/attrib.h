@@ -83,10 +83,10 @@ typedef struct Attrib {
     AttribBlock *blocks;   /* Owned. open-addressing table, key 0 = empty */
     size_t capacity;       /* a power of two, or 0 */
     size_t used;
-    AttribCall *open;      /* open Calls, any thread, newest first: blocks
-                              from threads without Python (autograd's engine)
-                              are charged to the newest */
-    AttribTop *tops;       /* Owned. */
+    AttribCall *open;      /* open Calls, any thread, newest first */
+    AttribTop *tops;       /* Owned. one per thread with an open Call: a
+                              block from a thread without Python (autograd's
+                              device threads) is charged to the only one */
     int n_tops;
     int cap_tops;
     int failed;            /* memory ran out: the breakdown is incomplete */
