@@ -213,6 +213,10 @@ top_of(Attrib *a, uint64_t thread)
     return NULL;
 }
 
+/* A new highest level: its figures now, its lines' bytes later.  While the
+ * level only rises, each new peak is a few stores; the Call's per-line
+ * bytes are copied once, when something is freed (flush_peaks), the Call
+ * ends or the peak is read: until then they are still the peak's. */
 static void
 snapshot_if_higher(Attrib *a, AttribCall *c)
 {
@@ -226,10 +230,35 @@ snapshot_if_higher(Attrib *a, AttribCall *c)
     p->call = op->call;
     p->before = op->before;
     p->other = op->other;
+    p->pending = c;
+}
+
+/* The pending peak's per-line bytes, copied from its Call (still open). */
+static void
+flush_peak(AttribPeak *p)
+{
+    const AttribCall *c = p->pending;
+    if (c == NULL) {
+        return;
+    }
+    const AttribOpen *op = c->open;
     /* Line by line: the table may have widened between the two. */
     for (int i = 0; i < p->n_slots; i++) {
         int s = p->first_line + i - op->first_line;
         p->held[i] = s >= 0 && s < op->n_slots ? op->live[s] : 0;
+    }
+    p->pending = NULL;
+}
+
+/* Before the level falls (a block freed): every pending peak copied. */
+static void
+flush_peaks(Attrib *a)
+{
+    for (AttribCall *o = a->open; o != NULL; o = o->open->next_open) {
+        AttribPeak *p = o->table->peak;
+        if (p != NULL && p->pending == o) {
+            flush_peak(p);
+        }
     }
 }
 
@@ -251,6 +280,7 @@ peak_new(const LineTable *table)
 static void
 free_before(Attrib *a, int64_t size)
 {
+    flush_peaks(a);
     for (AttribCall *o = a->open; o != NULL; o = o->open->next_open) {
         o->open->before -= size;
     }
@@ -274,6 +304,7 @@ on_free(Attrib *a, uintptr_t ptr, int64_t size)
         return 0;
     }
     size = b->size;
+    flush_peaks(a);
     uint64_t mark = ++a->seq;
     int line = b->line;
     for (AttribCall *c = b->call; c != NULL; line = c->parent_line, c = c->parent) {
@@ -553,6 +584,7 @@ attrib_detach(Attrib *a)
     a->capacity = a->used = 0;
     /* Frames close before detach (tracer_close_all_frames); any Call still
      * open lost its frame's end: close it here. */
+    flush_peaks(a);
     while (a->open != NULL) {
         AttribCall *c = a->open;
         a->open = c->open->next_open;
@@ -667,8 +699,11 @@ attrib_pop(Attrib *a, AttribCall *c)
         if (*link == c) {
             *link = op->next_open;
         }
-        c->open = NULL;
         AttribPeak *p = c->table->peak;
+        if (p != NULL && p->pending == c) {
+            flush_peak(p);
+        }
+        c->open = NULL;
         if (p != NULL && p->latest_start == c->start_seq) {
             p->latest_end = ++a->seq;   /* blocks made after it are numbered above */
         }
@@ -689,12 +724,13 @@ attrib_pop(Attrib *a, AttribCall *c)
 }
 
 AttribPeak *
-attrib_peak_copy(const LineTable *table)
+attrib_peak_copy(LineTable *table)
 {
     AttribPeak *copy = NULL;
     lock();
-    const AttribPeak *p = table->peak;
+    AttribPeak *p = table->peak;
     if (p != NULL && p->bytes >= 0) {
+        flush_peak(p);
         size_t n = sizeof(AttribPeak) + sizeof(int64_t) * (size_t)p->n_slots;
         copy = malloc(n);
         if (copy != NULL) {
@@ -738,6 +774,7 @@ attrib_peak_clear(LineTable *table)
     lock();
     if (table->peak != NULL) {
         table->peak->bytes = -1;
+        table->peak->pending = NULL;
         memset(table->peak->held, 0, sizeof(int64_t) * (size_t)table->peak->n_slots);
     }
     unlock();

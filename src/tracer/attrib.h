@@ -46,6 +46,8 @@ typedef struct AttribPeak {
     uint64_t latest_end;   /* the event number its end took; 0 while open */
     int64_t latest_call;
     uint64_t latest_attach;/* the attach it ran in (Attrib.attaches) */
+    struct AttribCall *pending; /* Borrowed (open): held[] is still its
+                              per-line bytes, not copied yet; or NULL */
     int first_line;
     int n_slots;
     int64_t held[];        /* n_slots: made on each line, still alive */
@@ -114,7 +116,7 @@ void attrib_pop(Attrib *a, AttribCall *c);
 
 /* The table's peak (GIL held): a copy under the lock, or NULL when none.
  * The caller frees it with free(). */
-AttribPeak *attrib_peak_copy(const LineTable *table);
+AttribPeak *attrib_peak_copy(LineTable *table);
 /* Forget the table's peak (clear()). */
 void attrib_peak_clear(LineTable *table);
 
