@@ -1,9 +1,9 @@
-"""Command line: ``python -m pytorch_memlab demo | run | view | info``.
+"""Command line: ``python -m pytorch_memlab demo | run | view | info | diff``.
 
 The verbs are the commands of ``pytorch_memlab.cli``; this module checks
 that what a verb needs is installed (one line and exit 1 if not), runs it,
-and turns its error into one line and its exit status.  ``view`` works
-without torch."""
+and turns its error into one line and its exit status.  ``view`` and
+``diff`` work without torch."""
 from __future__ import annotations
 
 import sys

@@ -19,6 +19,8 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
+from .common.devices import parse_device
+from .common.paths import cannot_write
 from .line_profiler import DEFAULT_COLUMNS, LineProfiler
 
 if TYPE_CHECKING:
@@ -107,12 +109,25 @@ def split_line(line: str) -> tuple[list[str], str]:
         pos = end
 
 
+GPU_ACCEPTED = "a GPU index N, 'cuda', 'cuda:N', 'cpu' or 'all'"
+
+
 def _gpu(spec: Optional[str]) -> Union[None, int, str]:
-    """-g's value for LineProfiler(device=...): an index or the string as given."""
+    """-g's value for LineProfiler(device=...): an index or the string as
+    given; UsageError for a spelling that names no CPU or CUDA device."""
     if spec is None:
         return None
     spec = spec.strip()
-    return int(spec) if spec.isdigit() else spec
+    if spec == "all":
+        return spec
+    value = int(spec) if spec.isdigit() else spec
+    try:
+        device = parse_device(value, "-g", GPU_ACCEPTED)
+    except (TypeError, ValueError):
+        device = None       # torch's reason lists every device type it knows: not ours
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise UsageError(f"%mlrun: -g {spec!r}: expected {GPU_ACCEPTED}")
+    return value
 
 
 @magics_class
@@ -190,6 +205,9 @@ class MemlabMagics(Magics):
                 raise UsageError(f"%%mlrun: put the code in the cell, not on the magic's "
                                  f"line ({statement!r})")
             source = cell
+        if args.dump_profile is not None and cannot_write(os.path.expanduser(args.dump_profile)):
+            raise UsageError(f"%mlrun: -T {args.dump_profile}: cannot write there (no such "
+                             "folder, or no permission)")
         profiler = self._profiler(args)
         code = self._compile(source)
         try:

@@ -1,8 +1,9 @@
 """Helpers shared by the test modules (pytest puts test/ on sys.path; the
 children run_fresh starts have it on theirs): the figures of a line, sources
 and interpreters for the tracer's tests, the thread helpers, and an OOM
-post-mortem's live bytes by line."""
+post-mortem's live bytes by line, and an IPython shell with %mlrun loaded."""
 import bdb
+import contextlib
 import ctypes
 import inspect
 import os
@@ -246,3 +247,29 @@ class EarlyThread:
 
     def join(self):
         self.thread.join()
+
+
+@contextlib.contextmanager
+def ipython_shell(ipython_dir):
+    """An InteractiveShell with %mlrun loaded, history in memory, IPYTHONDIR
+    at ``ipython_dir``; the environment and sys.modules['__main__'] given
+    back afterwards."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    saved_env = os.environ.get("IPYTHONDIR")
+    saved_main = sys.modules["__main__"]
+    os.environ["IPYTHONDIR"] = str(ipython_dir)
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    ip = InteractiveShell.instance(config=config)
+    ip.run_line_magic("load_ext", "pytorch_memlab")
+    try:
+        yield ip
+    finally:
+        InteractiveShell.clear_instance()
+        sys.modules["__main__"] = saved_main
+        if saved_env is None:
+            os.environ.pop("IPYTHONDIR", None)
+        else:
+            os.environ["IPYTHONDIR"] = saved_env

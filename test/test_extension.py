@@ -5,7 +5,6 @@ Peaks are absolute levels and other tests may leave CPU tensors alive, so
 peaks are compared with the level of a line that allocates nothing; net
 growth is exact as it is.
 """
-import os
 import sys
 
 import pytest
@@ -14,10 +13,8 @@ pytest.importorskip("IPython")
 torch = pytest.importorskip("torch")
 pytest.importorskip("pytorch_memlab._torchshim")
 
-from helpers import line_figures, line_of  # noqa: E402
+from helpers import ipython_shell, line_figures, line_of  # noqa: E402
 from IPython.core.error import UsageError  # noqa: E402
-from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
-from traitlets.config import Config  # noqa: E402
 
 from pytorch_memlab import LineProfiler, _tracer  # noqa: E402
 from pytorch_memlab.common import devices as _devices  # noqa: E402
@@ -75,26 +72,13 @@ def celldef(n):
 
 @pytest.fixture(scope="module")
 def shell(tmp_path_factory):
-    """One InteractiveShell for the module, history in memory, IPYTHONDIR in a
-    temporary folder, sys.modules['__main__'] given back afterwards."""
-    saved_env = os.environ.get("IPYTHONDIR")
-    saved_main = sys.modules["__main__"]
-    os.environ["IPYTHONDIR"] = str(tmp_path_factory.mktemp("ipython"))
-    config = Config()
-    config.HistoryManager.hist_file = ":memory:"
-    ip = InteractiveShell.instance(config=config)
-    ip.run_line_magic("load_ext", "pytorch_memlab")
-    ip.run_cell("import torch")
-    ip.run_cell(CELL_SOURCE)
-    ip.user_ns.update(work=work, helper=helper, boom=boom, Net=Net, net=Net(),
-                      fns={"a b": helper})
-    yield ip
-    InteractiveShell.clear_instance()
-    sys.modules["__main__"] = saved_main
-    if saved_env is None:
-        os.environ.pop("IPYTHONDIR", None)
-    else:
-        os.environ["IPYTHONDIR"] = saved_env
+    """One InteractiveShell for the module (see helpers.ipython_shell)."""
+    with ipython_shell(tmp_path_factory.mktemp("ipython")) as ip:
+        ip.run_cell("import torch")
+        ip.run_cell(CELL_SOURCE)
+        ip.user_ns.update(work=work, helper=helper, boom=boom, Net=Net, net=Net(),
+                          fns={"a b": helper})
+        yield ip
 
 
 @pytest.fixture(autouse=True)

@@ -62,7 +62,9 @@ class DemoCommand(Verb):
 
     def run(self, args: argparse.Namespace) -> int:
         from .demo import run_demo
-        run_demo(args.device)
+        from .device_arg import check_device
+        device, _ = check_device(args.device, allow_all=False)
+        run_demo(device)
         return 0
 
 

@@ -1,10 +1,13 @@
 """`python -m pytorch_memlab demo`: profile one training step of a small MLP,
-on the current CUDA device if there is one, else on the CPU."""
+on the current CUDA device if there is one, else on the CPU (``-d`` is
+checked by ``device_arg`` before this runs)."""
 from typing import Optional
 
 import torch
 
 from pytorch_memlab.line_profiler import LineProfiler
+
+from .stdout import print_tables
 
 
 def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -31,6 +34,9 @@ def run_demo(device: Optional[str] = None) -> LineProfiler:
     with profiler:
         for _ in range(3):
             train_step(model, optimizer, batch, target)
-    print(f"pytorch_memlab demo: 3 training steps of a 1024-4096-1024 MLP on {device}")
-    profiler.print_stats(columns=("active_bytes.all.peak", "reserved_bytes.all.peak"))
+
+    def show() -> None:
+        print(f"pytorch_memlab demo: 3 training steps of a 1024-4096-1024 MLP on {device}")
+        profiler.print_stats(columns=("active_bytes.all.peak", "reserved_bytes.all.peak"))
+    print_tables(show)
     return profiler

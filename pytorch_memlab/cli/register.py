@@ -129,8 +129,11 @@ class Registrar:
         else:
             self._add_module(spec)
 
-    def add_all_main(self) -> None:
-        self._add_main([(q, c) for q, c in self.main_tree if find.is_function_code(c)])
+    def add_all_main(self) -> bool:
+        """Every function the program defines; False if it defines none."""
+        found = [(q, c) for q, c in self.main_tree if find.is_function_code(c)]
+        self._add_main(found)
+        return bool(found)
 
     def _add_path(self, spec: FuncSpec) -> None:
         assert spec.where is not None

@@ -1,5 +1,5 @@
-"""``python -m pytorch_memlab run`` and ``view``: profile a script or module
-without editing it, and turn a saved profile into a report.
+"""``python -m pytorch_memlab run``: profile a script or module without
+editing it.
 
 ``run`` registers each ``-f FUNC`` before the program starts (see
 ``find_functions`` for how), runs the program as ``__main__`` with its own
@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import threading
 import traceback
 import types
 from typing import Any, Optional, Sequence
+from ..common.paths import cannot_write
 from .command import CommandError
+from .device_arg import check_device, note_cpu
 from .program import Program
 from .register import Registrar, parse_func
 from .stdout import print_tables
@@ -39,14 +40,17 @@ def _exit_status(code: Any) -> int:
 
 def _print_traceback(exc: BaseException) -> None:
     """The traceback from the program's own frames on, as Python prints it:
-    without the wrappers ``run`` put around the profiled functions."""
+    without the wrappers ``run`` put around the profiled functions, nor the
+    signal handler that raised a Ctrl-C's KeyboardInterrupt (``signals``)."""
+    from .. import signals
     from ..line_profiler.wrapping import is_wrapper_code
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next
     kept = []
     while tb is not None:
-        if not is_wrapper_code(tb.tb_frame.f_code):
+        code = tb.tb_frame.f_code
+        if not is_wrapper_code(code) and code.co_filename != signals.__file__:
             kept.append(tb)
         tb = tb.tb_next
     shown: Optional[types.TracebackType] = None
@@ -119,29 +123,9 @@ def _check_output(path: Optional[str], allowed: Sequence[str], option: str) -> N
 
 
 def _check_writable(path: str, option: str) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path) or not os.path.isdir(folder) or not os.access(folder, os.W_OK) \
-            or (os.path.exists(path) and not os.access(path, os.W_OK)):
+    if cannot_write(path):
         raise CommandError(f"{option} {path}: cannot write there (no such folder, or no "
                        "permission)")
-
-
-CLI_DEVICES = "cpu, cuda, cuda:N or all"
-
-
-def _check_device(device: Optional[str]) -> Optional[str]:
-    """The CLI's spellings of a device; None: the current GPU, else the CPU
-    with a note in the CLI's words."""
-    if device is None:
-        import torch
-        if torch.cuda.is_available():
-            return None
-        print("pytorch_memlab: CUDA is not available, profiling CPU tensor memory instead "
-              "(pass -d cpu to say so and silence this note)", file=sys.stderr)
-        return "cpu"
-    if re.fullmatch(r"cpu|cuda|cuda:\d+|all", device) is None:
-        raise CommandError(f"-d {device!r}: expected {CLI_DEVICES}")
-    return device
 
 
 def _columns(values: Optional[Sequence[str]]) -> Optional[list[str]]:
@@ -164,7 +148,7 @@ def run_program(args: argparse.Namespace) -> int:
         if args.device is None:
             args.device = ranked.device()
     _check_output(args.html, (".html", ".htm"), "--html")
-    args.device = _check_device(args.device)
+    args.device, fell_back = check_device(args.device, allow_all=True)
     if args.module is not None:
         program = Program.module_main(args.module, args.args)
     else:
@@ -180,8 +164,10 @@ def run_program(args: argparse.Namespace) -> int:
     if specs:
         for spec in specs:
             registrar.add(spec)
-    else:
-        registrar.add_all_main()
+    elif not registrar.add_all_main():
+        what = f"-m {program.module}" if program.module is not None else program.argv[0]
+        raise CommandError(f"{what} defines no function, and module-level code is not "
+                           "profiled: name the functions to profile with -f FUNC")
 
     reporter = None
     ending: dict[str, Optional[int]] = {"status": None}   # the status the files record
@@ -206,6 +192,8 @@ def run_program(args: argparse.Namespace) -> int:
     stop_writer = StopWriter(write_stopped, lambda: [profiler._lock])
     if ranked is not None or args.output is not None or args.html is not None:
         stop_writer.install()
+    if fell_back:     # the one note, once every usage error had its chance
+        note_cpu()
     registrar.install()
     try:
         status, _ = execute(program, profiler)
@@ -243,7 +231,8 @@ def _report(profiler: Any, program: Program, status: int, args: argparse.Namespa
     Ctrl-C that stopped it must not cost the files."""
     _write_files(profiler, program, status, args)
     sys.stderr.flush()
-    print_tables(profiler.print_stats)
+    if profiler.stats():     # none: every -f's module went unimported, as said above
+        print_tables(profiler.print_stats)
 
 
 def _write_files(profiler: Any, program: Program, status: Optional[int],

@@ -25,6 +25,9 @@ def view(path: str, output: Optional[str], hide_unrun: bool = False,
         raise CommandError(f"{path}: not a saved profile (expected a .json or .csv written by "
                            f"`run -o` or save()): {reason}") from None
     if output is None:
+        if curve and path.lower().endswith(".csv"):
+            raise CommandError(f"--curve {path}: a CSV profile keeps no curves, only each "
+                               "line's figures; view the profile saved as .json")
         if curve:
             from ..reports.curve_text import curve_charts
             print_tables(lambda: print(curve_charts(saved.profile)))

@@ -101,6 +101,12 @@ def scales(shown: Sequence[Section]) -> dict[tuple[str, str], int]:
     return out
 
 
+def no_source_note(qualname: str, filename: str) -> str:
+    """Why a table's code column is empty: there is no source to read."""
+    return (f"note: the source of {qualname} ({filename}) is not available (a string run by "
+            "exec() or compile(), or a file gone since), so the code column is empty.")
+
+
 NOTHING_REGISTERED = ("No function is registered with this profiler: pass functions to "
                       "LineProfiler(...) or call add_function(func).")
 
@@ -215,6 +221,8 @@ def _table(section: Section, profile: Profile, full: dict[tuple[str, str], int],
     peaks = [] if by_call else peak_breakdowns(section.records)
     notes = [] if by_call else ([p.text for p in peaks]
                                 + [n for n in map(first_call_note, section.records) if n])
+    if rows and not any(row.code.strip() for row in rows):
+        notes.append(no_source_note(section.qualname, section.filename))
     return Table(section.qualname, section.filename, section.first_line, groups,
                  columns, rows, None if pm is None else format_postmortem(pm, section.qualname),
                  notes, _curves(section, code), hidden, peaks)
