@@ -2,8 +2,8 @@
 a step that keeps 1 MiB more than the one before, trained 6 steps with the
 tables printed every 3.  Every printed table (steps 1-3, steps 4-6, the
 whole fit) counts the calls of its steps; its peak line names the highest
-figure of the table, made of parts that sum to it; the line that keeps the
-MiB is marked as growing every call by 1 MiB; the saved file has the first
+figure of the table, made of parts that sum to it, and the curve is that
+step's; the line that keeps the MiB is marked as growing every call by 1 MiB; the saved file has the first
 step apart from the later ones.  The table of a framework's own method
 leaves out its lines that never ran."""
 import contextlib
@@ -79,6 +79,8 @@ def check_calls(fit, qualname, code):
         assert record["calls"] == steps, (what, record["calls"])
         peak, _ = checked_peak(record)
         assert peak["call"] == last
+        # the curve kept is that call's, numbered among the calls so far
+        assert (record["curve_of"]["call"], record["curve_of"]["calls"]) == (last, last)
         (line,) = [ln for ln in record["lines"] if ln["lineno"] == lineno]
         assert line["count"] == steps and line["net_growth"] >= steps * MiB
         growth = line["growth_per_call"]
