@@ -3,9 +3,10 @@ a step that keeps 1 MiB more than the one before, trained 6 steps with the
 tables printed every 3.  Every printed table (steps 1-3, steps 4-6, the
 whole fit) counts the calls of its steps; its peak line names the highest
 figure of the table, made of parts that sum to it, and the curve is that
-step's; the line that keeps the MiB is marked as growing every call by 1 MiB; the saved file has the first
-step apart from the later ones.  The table of a framework's own method
-leaves out its lines that never ran."""
+step's; the line that keeps the MiB is marked as growing every call by it
+(see check_calls); the saved file has the first step apart from the later
+ones.  The table of a framework's own method leaves out its lines that
+never ran."""
 import contextlib
 import io
 import os
