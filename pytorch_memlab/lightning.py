@@ -17,6 +17,9 @@ from .common.devices import DeviceArg
 from .step_profiler import CallbackOptions, FunctionsArg, PathArg, StepProfiler
 
 
+FRAMEWORK = ("lightning", "pytorch_lightning")
+
+
 def _callback_bases() -> tuple[type, ...]:
     """Lightning's ``Callback`` classes: ``lightning.pytorch``'s and
     ``pytorch_lightning``'s, those installed (a Trainer accepts only callbacks
@@ -56,8 +59,12 @@ class MemlabCallback(*_Bases):  # type: ignore[misc]  # a base per installed pac
     optimizer from its one line, so its table shows the peak of the whole step.
     Each training step's peaks of active and reserved bytes (the highest line
     figures of the profiled functions in that step) are logged as
-    ``memlab/peak_active_bytes`` and ``memlab/peak_reserved_bytes``.  The tables
-    of the whole fit are printed when it ends; when an exception escapes
+    ``memlab/peak_active_bytes`` and ``memlab/peak_reserved_bytes``.  Each
+    training step is one call of the functions that ran in it (the calls,
+    the first step apart from the later ones, the lines that grow every
+    step, the step that reached the peak); the tables of Lightning's own
+    methods leave out their lines that never ran.  The tables of the whole
+    fit are printed when it ends; when an exception escapes
     ``fit()``, with the lines it left by marked and, for an out-of-memory
     error, the post-mortem; the exception then goes on unchanged.
     """
@@ -74,21 +81,18 @@ class MemlabCallback(*_Bases):  # type: ignore[misc]  # a base per installed pac
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         owner = type(self).__name__
-        rank = self.options.rank(owner, trainer.world_size, trainer.global_rank,
-                                 trainer.local_rank)
         functions = self.options.resolve(owner, pl_module, "the LightningModule")
         if pl_module.automatic_optimization:
             # Lightning runs training_step, backward and the optimizer inside
             # this hook's one line: the step's peak is there
             functions.append(pl_module.optimizer_step)
-        self.steps = self.options.start(owner, pl_module.device, pl_module.training_step,
-                                        functions, rank)
+        world = (trainer.world_size, trainer.global_rank, trainer.local_rank)
+        self.steps = self.options.start(owner, world, pl_module.device, pl_module.training_step,
+                                        functions, FRAMEWORK)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        if self.steps is None or self.steps.done:
-            return
-        peak = self.steps.end_step()
+        peak = self.steps.end_step() if self.steps is not None else None
         if peak is not None:
             for name, value in zip(METRICS, peak):
                 # float64 holds byte counts exactly (Lightning would make an int float32)

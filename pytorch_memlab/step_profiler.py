@@ -4,12 +4,13 @@
 The framework owns the loop; its callback calls ``StepProfiler`` at the fit's
 start, after each training step, at the end and on an error.  After each step
 the profiler's figures are taken and forgotten (``LineProfiler._rotate``), so
-that step's peak is known on its own, and folded here into the figures of the
-whole fit (and of the current ``every_n_steps`` window) by each column's
-kind, as the tracer folds executions of a line: a peak or a level keeps the
-max, a counter, the count and the net growth add up.  The tables, the saved
-files and the HTML report are made from the folded records with the package's
-own reporters; under DDP the ranks' files and the merged table go through
+that step's peak is known on its own, and folded (``step_fold``) into the
+figures of the whole fit and of the current ``every_n_steps`` window: each
+step is one call of the functions that ran in it, with the calls counted, the
+first call apart from the later ones, the growth per call, and the peak of
+the step that reached the highest.  The tables, the saved files and the HTML
+report are made from the folded records with the package's own reporters;
+under DDP the ranks' files and the merged table go through
 ``distributed.RankReporter``, as under torchrun.
 """
 from __future__ import annotations
@@ -24,13 +25,12 @@ import torch
 from .common.devices import DeviceArg
 from .distributed import RankEnv, RankReporter
 from .line_profiler.profiler import LineProfiler
-from .records.meanings import Field
 from .records.model import FunctionRecord, Profile
+from .step_fold import Key, fold, key, renumber
 
 PathArg = Union[str, "os.PathLike[str]"]
 ACTIVE = "active_bytes.all.peak"
 RESERVED = "reserved_bytes.all.peak"
-Key = tuple[str, int, str, str]      # filename, first line, qualname, device
 
 
 class StepPeak(NamedTuple):
@@ -39,41 +39,6 @@ class StepPeak(NamedTuple):
     over their lines)."""
     active_bytes: int
     reserved_bytes: int
-
-
-def _key(record: FunctionRecord) -> Key:
-    return (record.filename, record.first_line, record.qualname, record.device)
-
-
-def fold(into: dict[Key, FunctionRecord], records: Sequence[FunctionRecord],
-         meanings: dict[str, Field]) -> None:
-    """Add the figures of ``records`` (one window of calls) to ``into``."""
-    for record in records:
-        total = into.get(_key(record))
-        if total is None:
-            into[_key(record)] = record.project(record.columns)    # a copy
-            continue
-        by_line = {line.lineno: line for line in total.lines}
-        for line in record.lines:
-            mine = by_line.get(line.lineno)
-            if mine is None or not line.ran:
-                continue
-            if not mine.ran:
-                mine.count, mine.net_growth = line.count, line.net_growth
-                mine.figures = dict(line.figures)
-            else:
-                mine.count += line.count
-                mine.net_growth = (mine.net_growth or 0) + (line.net_growth or 0)
-                for column, value in line.figures.items():
-                    old = mine.figures.get(column)
-                    if value is None or old is None:
-                        mine.figures[column] = old if value is None else value
-                    elif meanings[column].kind == "counter":
-                        mine.figures[column] = old + value
-                    else:                    # a peak, or a level at the line's end
-                        mine.figures[column] = max(old, value)
-            mine.raised = line.raised or mine.raised
-        total.postmortem = record.postmortem or total.postmortem
 
 
 def check_path(value: Optional[PathArg], argument: str, endings: Sequence[str],
@@ -137,8 +102,8 @@ class CallbackOptions:
                                 f"method names of {holder}, functions, methods or modules")
         return found
 
-    def rank(self, owner: str, world_size: int, rank: int,
-             local_rank: int) -> Optional[RankEnv]:
+    def _rank(self, owner: str, world_size: int, rank: int,
+              local_rank: int) -> Optional[RankEnv]:
         """This process's rank in a distributed fit, else None (and then
         ``save`` must name a .json or .csv file)."""
         if world_size > 1:
@@ -147,13 +112,18 @@ class CallbackOptions:
         check_path(self.save, "save", (".json", ".csv"), owner)
         return None
 
-    def start(self, owner: str, device: DeviceArg, step_function: Callable[..., Any],
-              functions: Sequence[Callable[..., Any]],
-              rank: Optional[RankEnv]) -> "StepProfiler":
-        """The fit starts: profile it, on this callback's device if it names one."""
+    def start(self, owner: str, world: tuple[int, int, int], device: DeviceArg,
+              step_function: Callable[..., Any], functions: Sequence[Callable[..., Any]],
+              framework: Sequence[str]) -> "StepProfiler":
+        """The fit starts: profile it, on this callback's device if it names
+        one.  ``world``: (world size, rank, local rank) as the framework
+        tells them; ``framework``: its packages, whose functions' tables leave
+        out the lines that never ran (a docstring, the branches of other
+        setups)."""
+        rank = self._rank(owner, *world)
         return StepProfiler(owner, self.device if self.device is not None else device,
                             step_function, functions, self.every_n_steps, self.save,
-                            self.html, rank)
+                            self.html, rank, framework=framework)
 
 
 class StepProfiler:
@@ -163,7 +133,7 @@ class StepProfiler:
     def __init__(self, owner: str, device: DeviceArg, step_function: Callable[..., Any],
                  functions: Sequence[Callable[..., Any]], every_n_steps: Optional[int],
                  save: Optional[str], html: Optional[str], rank: Optional[RankEnv],
-                 out: Optional[IO[str]] = None) -> None:
+                 out: Optional[IO[str]] = None, framework: Sequence[str] = ()) -> None:
         self.owner = owner                 # "MemlabCallback", for messages
         self.rank = rank                   # under DDP: this process's rank
         self.every_n_steps = every_n_steps
@@ -177,7 +147,11 @@ class StepProfiler:
         for func in functions:
             self.profiler.add_function(func)
         self._meanings = self.profiler._meanings()
+        self.framework_tables = {entry.qualname for entry in self.profiler._entries
+                                 if entry.func is not None
+                                 and entry.func.__module__.split(".")[0] in framework}
         self.fit: dict[Key, FunctionRecord] = {}       # every step so far
+        self._calls: dict[Key, int] = {}               # each function's calls so far
         self.window: dict[Key, FunctionRecord] = {}    # since the last every_n table
         self.steps = 0
         self.window_start = 1
@@ -190,7 +164,11 @@ class StepProfiler:
 
     def _take(self) -> list[FunctionRecord]:
         """The figures since the last take, which the profiler then forgets."""
-        records = self.profiler._rotate()
+        records = []
+        for record in self.profiler._rotate():
+            before = self._calls.get(key(record), 0)
+            records.append(renumber(record, before))
+            self._calls[key(record)] = record.calls or before
         fold(self.fit, records, self._meanings)
         fold(self.window, records, self._meanings)
         return records
@@ -207,8 +185,11 @@ class StepProfiler:
                         max(line.figures.get(RESERVED) or 0 for line in lines))
 
     def end_step(self) -> Optional[StepPeak]:
-        """A training step ended: its peak (None if no profiled function ran),
-        and every ``every_n_steps`` the tables of those steps."""
+        """A training step ended: its peak (None if no profiled function ran,
+        or once the fit ended), and every ``every_n_steps`` the tables of
+        those steps."""
+        if self.done:
+            return None
         self.profiler._record_execution()      # the timeline: memory after each step
         peak = self._step_peak(self._take())
         self.steps += 1
@@ -233,7 +214,8 @@ class StepProfiler:
         profile = dataclasses.replace(self.profile(), functions=list(records.values()))
         where = "" if self.rank is None else f", rank {self.rank.rank}"
         out.write(f"# pytorch_memlab {self.owner}: {what}{where}\n\n")
-        out.write(reporter_for("text").render(profile) + "\n")
+        out.write(reporter_for("text", hide_unrun=self.framework_tables).render(profile)
+                  + "\n")
         out.flush()
 
     def _write_files(self) -> None:

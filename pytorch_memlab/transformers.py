@@ -25,6 +25,7 @@ except ImportError as exc:
                       "transformers accelerate)") from exc
 
 METRICS = ("memlab_peak_active_bytes", "memlab_peak_reserved_bytes")
+FRAMEWORK = ("transformers", "accelerate")
 
 
 def _find_trainer() -> Any:
@@ -60,7 +61,11 @@ class MemlabTrainerCallback(TrainerCallback):  # type: ignore[misc]  # transform
     functions over the steps since the previous log: the forward and backward
     passes, not the optimizer's step, which the Trainer runs outside
     ``training_step``) join the logs, and
-    ``trainer.state.log_history``.  The tables are printed when training ends;
+    ``trainer.state.log_history``.  Each training step is one call of the
+    functions that ran in it (the calls, the first step apart from the later
+    ones, the lines that grow every step, the step that reached the peak);
+    the tables of the Trainer's and transformers' own methods leave out
+    their lines that never ran.  The tables are printed when training ends;
     when an exception escapes ``train()``, with the lines it left by marked
     and, for an out-of-memory error, the post-mortem; the exception then goes
     on unchanged.  The post-mortem needs the callback given to
@@ -122,18 +127,14 @@ class MemlabTrainerCallback(TrainerCallback):  # type: ignore[misc]  # transform
                                "callback")
         if not self._train_guarded:       # added after __init__: errors of each step
             self._guard(trainer, "training_step")
-        rank = self.options.rank(owner, args.world_size, args.process_index,
-                                 args.local_process_index)
+        world = (args.world_size, args.process_index, args.local_process_index)
         self._since_log = []
-        self.steps = self.options.start(owner, args.device, type(trainer).training_step,
-                                        [model.forward, *self.options.resolve(owner, model,
-                                                                              "the model")],
-                                        rank)
+        functions = [model.forward, *self.options.resolve(owner, model, "the model")]
+        self.steps = self.options.start(owner, world, args.device, type(trainer).training_step,
+                                        functions, FRAMEWORK)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.steps is None or self.steps.done:
-            return
-        peak = self.steps.end_step()
+        peak = self.steps.end_step() if self.steps is not None else None
         if peak is not None:
             self._since_log.append(peak)
 

@@ -1,7 +1,8 @@
 """Helpers shared by the test modules (pytest puts test/ on sys.path; the
 children run_fresh starts have it on theirs): the figures of a line, sources
 and interpreters for the tracer's tests, the thread helpers, and an OOM
-post-mortem's live bytes by line, and an IPython shell with %mlrun loaded."""
+post-mortem's live bytes by line, a peak's breakdown, and an IPython shell
+with %mlrun loaded."""
 import bdb
 import contextlib
 import ctypes
@@ -38,6 +39,19 @@ def by_line(pm):
     assert (sum(lines.values()) + live["before_call"] + live["other_threads"]
             + live["after_call"]) == live["bytes"]
     return live, lines
+
+
+def checked_peak(record, column="active_bytes.all.peak"):
+    """(record["peak"], {lineno: held}) of a function's record, checked: the
+    parts sum to the peak, which is the highest figure of ``column`` its
+    table shows."""
+    peak = record["peak"]
+    held = {line["lineno"]: line["held_at_peak"] for line in record["lines"]
+            if line["held_at_peak"]}
+    assert sum(held.values()) + peak["before_call"] + peak["other_threads"] == peak["bytes"]
+    assert peak["bytes"] == max(line[column] for line in record["lines"]
+                                if line[column] is not None)
+    return peak, held
 
 
 def line_figures(prof, func, text, device=None):

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from conftest import requires_cuda
-from helpers import MiB, line_of
+from helpers import MiB, checked_peak, line_of
 
 torch = pytest.importorskip("torch")
 from pytorch_memlab import LineProfiler, load  # noqa: E402
@@ -22,13 +22,7 @@ def breakdown(prof, func):
     the peak, which is the highest peak its table shows."""
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-    record = prof.stats(func)[0]
-    peak = record["peak"]
-    held = {line["lineno"]: line["held_at_peak"] for line in record["lines"]
-            if line["held_at_peak"]}
-    assert sum(held.values()) + peak["before_call"] + peak["other_threads"] == peak["bytes"]
-    assert peak["bytes"] == max(line[PEAK] for line in record["lines"] if line[PEAK] is not None)
-    return peak, held
+    return checked_peak(prof.stats(func)[0], PEAK)
 
 
 def u8(n, device="cpu"):

@@ -5,7 +5,7 @@ notebook and HTML reports; the rank table builds its ``Table`` from ranks)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol, Sequence
+from typing import AbstractSet, Any, Optional, Protocol, Sequence, Union
 
 from ..common.sizes import readable_size
 from ..records.model import GROWTH, HELD, FunctionRecord, LineRecord, Profile
@@ -14,6 +14,9 @@ from .curve_svg import CurveView
 from .peak_text import PeakNote, peak_breakdowns
 from .postmortem_text import format_postmortem
 
+# hide_unrun: True for every table, or the qualnames of the tables that hide
+# their lines that never ran (the training callbacks' framework methods)
+HideArg = Union[bool, AbstractSet[str]]
 GROWTH_TITLE = ("active_bytes", "net growth")
 HELD_TITLE = ("held at", "peak")
 
@@ -195,7 +198,7 @@ def _curves(section: Section, code: dict[str, dict[int, str]]) -> list[CurveView
 
 
 def _table(section: Section, profile: Profile, full: dict[tuple[str, str], int],
-           code: dict[str, dict[int, str]], by_call: bool, hide_unrun: bool) -> Table:
+           code: dict[str, dict[int, str]], by_call: bool, hide_unrun: HideArg) -> Table:
     # per call, a line's bytes at the peak have no first / later split
     columns = [c for c in section.columns if c != HELD] + [COUNT] if by_call \
         else section.columns
@@ -204,8 +207,9 @@ def _table(section: Section, profile: Profile, full: dict[tuple[str, str], int],
               if by_call else section.devices)
     rows = []
     hidden = 0
+    hide = hide_unrun if isinstance(hide_unrun, bool) else section.qualname in hide_unrun
     for first, lines in section.rows():
-        if hide_unrun and not any(line.ran for line in lines) and not first.raised:
+        if hide and not any(line.ran for line in lines) and not first.raised:
             hidden += 1
             continue
         if by_call:
@@ -245,7 +249,7 @@ def source_code(functions: Sequence[FunctionRecord]) -> dict[str, dict[int, str]
 
 
 def tables(profile: Profile, by_call: bool = False,
-           hide_unrun: bool = False) -> tuple[list[Table], list[str]]:
+           hide_unrun: HideArg = False) -> tuple[list[Table], list[str]]:
     """(a ``Table`` per function that ran, qualnames of those that did not)."""
     shown, idle = sections(profile.functions)
     full = scales(shown)
@@ -254,12 +258,12 @@ def tables(profile: Profile, by_call: bool = False,
 
 
 def render_sections(profile: Profile, style: Style, by_call: bool = False,
-                    hide_unrun: bool = False) -> list[str]:
+                    hide_unrun: HideArg = False) -> list[str]:
     """The one section renderer: each function that ran as ``style`` shows it,
     then the note on those that did not (or on there being none).  ``by_call``:
     each device's columns twice, for the first call and for the later ones;
     ``hide_unrun``: leave out the lines that never ran (a docstring, a branch
-    not taken)."""
+    not taken), in every table or in those of the qualnames it holds."""
     shown_tables, idle = tables(profile, by_call, hide_unrun)
     parts = [style.section(table) for table in shown_tables]
     note = idle_note(idle, bool(shown_tables))

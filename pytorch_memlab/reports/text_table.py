@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..records.model import Profile
-from .sections import Table, render_sections, title
+from .sections import HideArg, Table, render_sections, title
 
 SEP = "  "
 
@@ -72,10 +72,11 @@ class _TextStyle:
 class TextReport:
     """What ``print_stats`` and ``repr`` show (a ``Reporter[Profile]``);
     ``by_call``: first call and later calls side by side; ``hide_unrun``:
-    leave out the lines that never ran.  Each table ends with its newline, and
-    one blank line separates it from the next."""
+    leave out the lines that never ran (in every table, or in those of the
+    qualnames it holds).  Each table ends with its newline, and one blank
+    line separates it from the next."""
 
-    def __init__(self, by_call: bool = False, hide_unrun: bool = False) -> None:
+    def __init__(self, by_call: bool = False, hide_unrun: HideArg = False) -> None:
         self.by_call = by_call
         self.hide_unrun = hide_unrun
 
