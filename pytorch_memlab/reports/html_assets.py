@@ -1,11 +1,16 @@
 """The HTML report page's style and scripts (``html_page``): inline, nothing
-fetched from the network."""
+fetched from the network.  The page fits a narrow window: a wide table
+scrolls sideways in its own box (``div.scroll``), the SVGs shrink, long
+names wrap."""
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:16px 24px;color:#222;
  background:#fff}
 h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:28px 0 2px;font-family:monospace}
 .meta,.where{color:#666;font-size:12px;margin:0 0 8px}
+h1,h2,.meta,.where,p.peaknote,p.summary{overflow-wrap:anywhere}
+div.scroll,pre{max-width:100%;overflow-x:auto}
+svg.curve,svg.timeline{max-width:100%;height:auto}
 table.prof{border-collapse:collapse;font-family:monospace;font-size:12px}
 table.prof th{padding:2px 8px;text-align:right;border-bottom:1px solid #bbb;
  vertical-align:bottom;white-space:nowrap;background:#fff}

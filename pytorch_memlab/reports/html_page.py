@@ -27,7 +27,7 @@ from ..records.document import from_document
 from ..records.model import Profile, TimelineRow
 from .base import Reporter
 from .html_assets import CSS, CURVE_JS, RANK_JS, SORT_JS
-from .notebook import COLORS, SHRINK
+from .notebook import COLORS, bar_color
 from .curve_svg import caption, curve_data, curve_svg
 from .legend import UNIT_NOTE, legend_rows
 from .peak_bar import peak_bar
@@ -61,7 +61,7 @@ def _figure(figure: Figure) -> str:
     bar = ""
     if scale > 0 and value != 0:
         width = max(0.5, min(100.0, 100.0 * abs(value) / scale))
-        fill = SHRINK if value < 0 else COLORS[figure.index % len(COLORS)]
+        fill = bar_color(figure.index, value)
         bar = f'<div class="bar" style="width:{width:.1f}%;background:{fill}"></div>'
     text = html.escape(figure.text)
     return f'<td class="fig" data-v="{value}" title="{value:,}">{bar}<span>{text}</span></td>'
@@ -110,8 +110,9 @@ def _section(section: Table) -> str:
             f"<h2>{html.escape(section.qualname)}</h2>"
             f'<p class="where">{html.escape(where)}{hidden}</p>'
             f"{''.join(_curve(view) for view in section.curves)}"
-            f'<table class="prof"><thead><tr>{groups}<th colspan="3"></th></tr>'
-            f"<tr>{''.join(heads)}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            f'<div class="scroll"><table class="prof"><thead><tr>{groups}'
+            f'<th colspan="3"></th></tr><tr>{"".join(heads)}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table></div>"
             f"{peaks}{after}</section>")
 
 
@@ -199,7 +200,8 @@ def _meta(profile: Profile) -> str:
 
 def _legend(profile: Profile) -> str:
     """What each column means, and the size units."""
-    rows = legend_rows(profile.columns, [profile.meaning(c) for c in profile.columns])
+    rows = legend_rows(profile.columns, [profile.meaning(c) for c in profile.columns],
+                       held=any(r.has_held for r in profile.functions))
     items = "".join(f"<dt>{html.escape(name)}</dt><dd>{html.escape(text)}</dd>"
                     for name, text in rows)
     return (f'<details class="columns" open><summary>What the columns mean</summary>'
