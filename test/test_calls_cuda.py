@@ -125,7 +125,7 @@ def test_cuda_pytest_gate(pytester, monkeypatch):
     saved = pytester.path / "peaks.json"
     first = go("--memlab-save", str(saved))
     assert first.ret == 0, first.stdout.str()
-    small = json.loads(saved.read_text())["tests"]["test_gate.py::test_small"]
+    small = json.loads(saved.read_text())["pytest_peaks"]["test_gate.py::test_small"]
     print("saved:", small["peak"], small["device"])
     assert small["peak"] == MiB and small["device"].startswith("cuda")
     pytester.makepyfile(test_gate=GATE_TESTS.format(size=3 << 18))           # 3 MiB

@@ -17,6 +17,7 @@ pytest.importorskip("pytorch_memlab._torchshim")
 
 from pytorch_memlab import LineProfiler, load, profile_every  # noqa: E402
 from pytorch_memlab.html_report import render_report, write_report  # noqa: E402
+from pytorch_memlab.reports.notebook import SHRINK  # noqa: E402
 
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser")
                  if shutil.which(name)), None)
@@ -68,14 +69,66 @@ def test_self_contained_with_a_bar_per_figure(profile_path):
     # nothing fetched: no external scripts, styles, images or fonts
     assert not re.search(r"<link|<img|<iframe|\bsrc=|@import|url\(", text)
     assert set(re.findall(r"https?://[^\"' ]+", text)) == {"http://www.w3.org/2000/svg"}
-    figures = [line.get(c) for r in saved.stats() for line in r["lines"]
-               for c in r["columns"] + ["held_at_peak", "net_growth"]]
-    assert text.count('class="bar"') == sum(1 for v in figures if v)
+    assert text.count('class="bar"') == text_bars(saved)
     assert text.count('<table class="prof"') == 3
     curves = sum(1 for r in saved.stats() if r.get("curve"))   # issue 27: one SVG each
     assert text.count('<svg class="timeline"') == 1 and "<polyline" in text
     assert text.count("<svg") == 1 + curves
     assert "#d65f5f" in text                       # shrink()'s negative net growth
+
+
+def test_legend_names_each_column_in_the_tables_order(profile_path):
+    saved = load(profile_path)
+    text = render_report(saved)
+    heads = re.findall(r'data-key="cpu/([^"]+)"', text.split("</thead>")[0])
+    assert heads == saved.profile.columns + ["held_at_peak", "net_growth"]
+    names = re.findall(r"<dt>(.*?)</dt>", text)
+    assert names == saved.profile.columns + ["held at peak", "active_bytes net growth",
+                                             "count", "line"]
+    # a profile from before held at peak (schema version 3): neither column nor legend
+    doc = saved.to_dict()
+    for record in doc["functions"]:
+        record.pop("peak", None)
+        for line in record["lines"]:
+            del line["held_at_peak"]
+    text = render_report(doc)
+    assert "held_at_peak" not in text and "held at peak" not in text
+    assert re.findall(r"<dt>(.*?)</dt>", text)[-3:] == ["active_bytes net growth", "count",
+                                                        "line"]
+
+
+def test_bars_are_red_only_for_negative_figures(profile_path):
+    """The report's and the notebook's tables: a bar is red (``SHRINK``) exactly
+    where its figure is negative, whatever place its column has."""
+    saved = load(profile_path)
+    bars = [(int(v), color) for v, color in re.findall(
+        r'data-v="(-?\d+)" title="[^"]*"><div class="bar" style="width:[\d.]+%;'
+        r'background:(#[0-9a-f]{6})"', render_report(saved))]
+    growth = [line["net_growth"] for r in saved.stats() for line in r["lines"]]
+    assert any(g and g > 0 for g in growth) and any(g and g < 0 for g in growth)
+    assert len(bars) == text_bars(saved)
+    assert [v < 0 for v, _ in bars] == [color == SHRINK for _, color in bars]
+    cells = re.findall(r'linear-gradient\(90deg,(#[0-9a-f]{6})99 [\d.]+%,transparent '
+                       r'[\d.]+%\);">([^<]*)</td>', saved._repr_html_())
+    assert len(cells) >= len(bars) and any(c == SHRINK for c, _ in cells)
+    assert [text.startswith("-") for _, text in cells] == [c == SHRINK for c, _ in cells]
+
+
+def text_bars(saved):
+    """How many figures of the tables are not zero (each has a bar)."""
+    return sum(1 for r in saved.stats() for line in r["lines"]
+               for c in r["columns"] + ["held_at_peak", "net_growth"] if line.get(c))
+
+
+def test_wide_tables_scroll_in_their_own_box(profile_path):
+    """The page fits a narrow window (checked in Chromium below): every table
+    sits in a box that scrolls sideways, no wider than the page."""
+    text = render_report(load(profile_path))
+    assert text.count('<table class="prof"') == text.count('<div class="scroll"><table '
+                                                           'class="prof"') == 3
+    rules = dict(re.findall(r"^([^{}\n]+)\{([^}]*)\}", text, re.M))
+    assert {"max-width:100%", "overflow-x:auto"} <= set(rules["div.scroll,pre"].split(";"))
+    assert "max-width:100%" in rules["svg.curve,svg.timeline"].split(";")
 
 
 def test_sources_of_a_report(profile_path, tmp_path):
@@ -206,3 +259,24 @@ def test_chromium_sorts_by_a_column(profile_path, tmp_path):
         assert all(growth[n] is None for n in order[len(ran):])   # lines never run: last
         assert sorted(order) == sorted(growth)
     assert 'class="sort desc" data-col' in dom.stdout
+
+
+@needs_chromium
+def test_chromium_700_px_wide_page_does_not_scroll_sideways(profile_path, tmp_path):
+    """At 700 px the page is no wider than the window; the tables, wider than
+    that, scroll inside their boxes."""
+    report = tmp_path / "report.html"
+    measure = ('<script>document.body.dataset.widths = JSON.stringify({page: ['
+               'document.documentElement.scrollWidth, document.documentElement.clientWidth], '
+               'boxes: Array.prototype.map.call(document.querySelectorAll("div.scroll"), '
+               'function (b) { return [b.scrollWidth, b.clientWidth]; })});</script></body>')
+    report.write_text(render_report(profile_path).replace("</body>", measure))
+    dom = chromium(tmp_path, "--window-size=700,900", "--dump-dom", report.as_uri())
+    assert console_messages(dom.stderr) == []
+    widths = json.loads(re.search(r'data-widths="([^"]*)"', dom.stdout).group(1)
+                        .replace("&quot;", '"'))
+    page, client = widths["page"]
+    assert client == 700 and page <= client, widths
+    assert len(widths["boxes"]) == 3
+    assert all(box <= client for _, box in widths["boxes"])
+    assert any(table > box for table, box in widths["boxes"])      # a table wider than 700

@@ -1,7 +1,9 @@
 """The pytest CI gate: --memlab-save, then --memlab-compare with
---memlab-fail-on-increase, in one process and under xdist."""
+--memlab-fail-on-increase, in one process and under xdist; the saved file is
+a line profile that ``python -m pytorch_memlab view`` and ``diff`` read."""
 import json
 import os
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -49,10 +51,10 @@ def test_save_then_a_grown_test_fails_with_the_diff(run, pytester, workers):
     first = run("--memlab-save", str(saved), *workers)
     assert first.ret == 0, first.stdout.str()
     data = json.loads(saved.read_text())
-    assert data["format"] == "pytorch_memlab.pytest_peaks"
-    small = data["tests"]["test_gate.py::test_small"]
-    assert small["peak"] == 1 << 20 and small["device"] == "cpu"
-    assert small["profile"]["format"] == "pytorch_memlab.line_profile"
+    assert data["format"] == "pytorch_memlab.line_profile"
+    assert data["pytest_peaks"]["test_gate.py::test_small"] == {"peak": 1 << 20, "device": "cpu"}
+    assert [f["qualname"] for f in data["functions"]] == ["test_gate.py::test_other",
+                                                          "test_gate.py::test_small"]
 
     pytester.makepyfile(test_gate=TESTS.format(size=3 << 18) + '''
 def test_new():
@@ -63,7 +65,7 @@ def test_new():
     assert second.ret == 1, out
     second.assert_outcomes(passed=2, failed=1)
     assert "peak grew from 1.00M to 3.00M (+2.00M, +200.0%)" in out
-    assert "test_small: peak 1.00M -> 3.00M (+2.00M, +200.0%)" in out
+    assert "test_gate.py::test_small: peak 1.00M -> 3.00M (+2.00M, +200.0%)" in out
     assert "test_gate.py::test_new is not in" in out
     loose = run("--memlab-compare", str(saved), "--memlab-fail-on-increase", "250%", *workers)
     assert loose.ret == 0, loose.stdout.str()
@@ -75,5 +77,59 @@ def test_bad_input(run, pytester):
     other.write_text(json.dumps({"format": "something else"}))
     result = run("--memlab-compare", str(other), "--memlab-fail-on-increase", "1MiB")
     assert result.ret == 4 and "not a file written by --memlab-save" in result.stderr.str()
+    other.write_text(json.dumps({"format": "pytorch_memlab.line_profile", "schema_version": 4,
+                                 "functions": []}))
+    result = run("--memlab-compare", str(other), "--memlab-fail-on-increase", "1MiB")
+    assert result.ret == 4 and "a line profile without 'pytest_peaks'" in result.stderr.str()
     result = run("--memlab-compare", str(other), "--memlab-fail-on-increase", "lots")
     assert result.ret == 4 and "--memlab-fail-on-increase 'lots'" in result.stderr.str()
+
+
+HELPED = '''
+import pytest
+import torch
+
+def helper(n):
+    return torch.empty(n)
+
+def unused():
+    return torch.empty(1)
+
+@pytest.mark.parametrize("n", [1 << 16, 1 << 17])
+def test_sized(n):
+    assert torch.empty(n).numel() == n
+
+@pytest.mark.memlab_limit("1 GiB")
+def test_helped():
+    assert helper({size}).numel() == {size}
+'''
+
+
+def test_saved_file_is_a_profile_view_and_diff_read(run, pytester):
+    """Each test is a function named by its node id (parametrized ones
+    apart); a function a test called that ran is "<node id> > <qualname>"."""
+    pytester.makepyfile(test_gate=HELPED.format(size=1 << 18))
+    old, new = pytester.path / "old.json", pytester.path / "new.json"
+    assert run("--memlab-save", str(old)).ret == 0
+    pytester.makepyfile(test_gate=HELPED.format(size=1 << 19))
+    assert run("--memlab-save", str(new)).ret == 0
+    names = ["test_gate.py::test_helped", "test_gate.py::test_helped > helper",
+             "test_gate.py::test_sized[131072]", "test_gate.py::test_sized[65536]"]
+    functions = json.loads(old.read_text())["functions"]
+    assert [f["qualname"] for f in functions] == names
+    # the test's curve names the callee's line events by the callee's saved name
+    assert {p[4] for p in functions[0]["curve"] if len(p) > 4} == {names[1]}
+
+    view = pytester.run(sys.executable, "-m", "pytorch_memlab", "view", str(old))
+    assert view.ret == 0, view.stderr.str()
+    out = view.stdout.str()
+    assert [line[3:] for line in out.splitlines() if line.startswith("## ")] == names
+    words = " ".join(out.split())     # the tables' rows, spaces collapsed
+    assert "512.00K 512.00K 512.00K 0.00B 1 12 assert torch.empty(n).numel() == n" in words
+    assert "1.00M 1.00M 1.00M 1.00M 1 5 return torch.empty(n)" in words
+
+    diff = pytester.run(sys.executable, "-m", "pytorch_memlab", "diff", str(old), str(new))
+    assert diff.ret == 0, diff.stderr.str()
+    out = diff.stdout.str()
+    assert "test_gate.py::test_helped > helper: peak 1.00M -> 2.00M (+1.00M, +100.0%)" in out
+    assert "test_gate.py::test_sized[65536]: peak 256.00K -> 256.00K (+0.00B, +0.0%)" in out

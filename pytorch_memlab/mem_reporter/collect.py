@@ -5,7 +5,7 @@ charged once, to its first row."""
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -13,8 +13,9 @@ from ..common.frames import caller_frames, frame_tensors
 from ..common.tensors import StorageKey, grad_of, is_tensor, live_tensors, storage_of
 from .rows import TensorRow
 
-# Components of each sparse layout, as (row suffix, accessor).
-_Part = tuple[str, Callable[[torch.Tensor], torch.Tensor]]
+# Components of each sparse layout and of a jagged nested tensor, as (row
+# suffix, accessor); an accessor giving None (no lengths) gives no row.
+_Part = tuple[str, Callable[[torch.Tensor], Optional[torch.Tensor]]]
 _COMPRESSED_ROWS: tuple[_Part, ...] = (("crow_indices", lambda t: t.crow_indices()),
                                        ("col_indices", lambda t: t.col_indices()),
                                        ("values", lambda t: t.values()))
@@ -26,20 +27,24 @@ _SPARSE_PARTS: dict[torch.layout, tuple[_Part, ...]] = {
     torch.sparse_csr: _COMPRESSED_ROWS, torch.sparse_bsr: _COMPRESSED_ROWS,
     torch.sparse_csc: _COMPRESSED_COLS, torch.sparse_bsc: _COMPRESSED_COLS,
 }
+if hasattr(torch, "jagged"):
+    # the tensors it holds (a wrapper subclass: no storage of its own)
+    _SPARSE_PARTS[torch.jagged] = (("values", lambda t: getattr(t, "_values")),
+                                   ("offsets", lambda t: getattr(t, "_offsets")),
+                                   ("lengths", lambda t: getattr(t, "_lengths")))
 
 
 def _shape_of(t: torch.Tensor) -> tuple[int, ...]:
     """t's shape; -1 marks a ragged dimension of a nested tensor (strided nested
-    tensors have no ``shape`` at all, jagged ones a symbolic size)."""
-    if t.is_nested and t.layout == torch.strided:
-        sizes = t._nested_tensor_size().tolist()
-        inner = [col[0] if len(set(col)) == 1 else -1 for col in zip(*sizes)]
-        return (len(sizes), *inner) if sizes else (0,)
+    tensors have no ``shape`` at all, jagged ones a symbolic size).  Read with
+    ``size(dim)``, which makes no tensor: ``_nested_tensor_size()`` would make
+    one that the nested tensor keeps alive, for the walk to find as a tensor
+    of its own."""
     out = []
-    for s in t.shape:
+    for dim in range(t.dim()):
         try:
-            out.append(int(s))
-        except Exception:   # a jagged dimension (SymInt)
+            out.append(int(t.size(dim)))
+        except Exception:   # irregular (strided nested) or symbolic (jagged)
             out.append(-1)
     return tuple(out)
 
@@ -109,6 +114,8 @@ class Collector:
                 return
             for suffix, get in parts:
                 part = get(t)
+                if part is None:
+                    continue
                 self._keep.append(part)
                 self._seen.add(id(part))
                 self._row(part, f"{name}.{suffix}", kind)

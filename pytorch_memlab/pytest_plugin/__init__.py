@@ -35,8 +35,10 @@ OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
                                         "not there is skipped (default) or fails; overrides the "
                                         "ini option")),
     ("--memlab-save", dict(metavar="FILE", default=None,
-                           help="write every profiled test's peak and table to FILE (JSON; "
-                                "implies --memlab)")),
+                           help="write every profiled test's peak and table to FILE: a "
+                                "line profile (JSON), each test a function named by its node "
+                                "id, that `python -m pytorch_memlab view` and `diff` read "
+                                "(implies --memlab)")),
     ("--memlab-compare", dict(metavar="FILE", default=None,
                               help="compare each test's peak with FILE (from --memlab-save; "
                                    "implies --memlab); see --memlab-fail-on-increase")),

@@ -1,18 +1,26 @@
-"""The CI gate: ``--memlab-save FILE`` writes every profiled test's peak and
-table to one JSON file; ``--memlab-compare FILE --memlab-fail-on-increase
-SIZE|PCT`` fails a test whose peak grew by more than that against FILE, with
-the diff of its table.  Works under xdist: the peaks and tables travel in the
-test reports' user_properties to the controller, which writes the file."""
+"""The CI gate: ``--memlab-save FILE`` writes every profiled test's table and
+peak to one line-profile JSON file, each test a function named by its node
+id, so ``python -m pytorch_memlab view`` and ``diff`` read it; ``--memlab-compare
+FILE --memlab-fail-on-increase SIZE|PCT`` fails a test whose peak grew by more
+than that against FILE, with the diff of its table.  Works under xdist: the
+peaks and tables travel in the test reports' user_properties to the
+controller, which writes the file."""
 from __future__ import annotations
 
-import json
+from dataclasses import replace
 from typing import Any, Optional
 
 import pytest
 
-FORMAT = "pytorch_memlab.pytest_peaks"
-VERSION = 1
+from ..records.document import SCHEMA_VERSION, from_document, to_document
+from ..records.model import FunctionRecord, Profile
+
 DOC_PROPERTY = "memlab_profile"       # the test's profile document (JSON-able)
+# The file's own key beside the line profile's: {node id: {"peak", "device"}},
+# the peak above what was live when the test started (what the gate compares).
+PEAKS_KEY = "pytest_peaks"
+# A function the test called is saved as "<node id> > <its qualname>".
+CALLEE = " > "
 
 
 def parse_increase(text: Optional[str]) -> Optional[tuple[str, float]]:
@@ -25,40 +33,84 @@ def parse_increase(text: Optional[str]) -> Optional[tuple[str, float]]:
         raise pytest.UsageError(str(exc)) from None
 
 
-def read_baseline(path: str) -> dict[str, Any]:
-    """{nodeid: {"peak", "device", "profile"}}; UsageError naming the file."""
+def named_document(nodeid: str, profile: Profile, own: set[tuple[str, int]]) -> dict[str, Any]:
+    """The test's profile as a document, its functions named for the test:
+    the test function (``own``: its (filename, first_line)) as ``nodeid``,
+    a function it called and that ran as "<nodeid> > <qualname>", so that the
+    tests of one file stay apart (view and diff tell functions apart by
+    qualname; parametrized tests share theirs)."""
+    names: dict[str, str] = {}
+    kept: list[FunctionRecord] = []
+    for record in profile.functions:
+        if (record.filename, record.first_line) in own:
+            names[record.qualname] = nodeid
+        elif record.ran:
+            names[record.qualname] = f"{nodeid}{CALLEE}{record.qualname}"
+        else:
+            continue
+        kept.append(record)
+    renamed = [replace(record, qualname=names[record.qualname], curve=None if record.curve is None
+                       else [p[:4] + [names.get(p[4], p[4])] if len(p) > 4 else p
+                             for p in record.curve])
+               for record in kept]
+    return to_document(profile.select(renamed))
+
+
+def read_baseline(path: str) -> dict[str, tuple[int, Profile]]:
+    """{nodeid: (peak, the test's functions)}; UsageError naming the file."""
+    from ..records.saved import read
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        profile = read(path)
     except OSError as exc:
         raise pytest.UsageError(f"--memlab-compare {path}: cannot read it ({exc})") from None
-    except ValueError:
-        raise pytest.UsageError(f"--memlab-compare {path}: not JSON; expected a file written "
-                                "by --memlab-save") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise pytest.UsageError(f"--memlab-compare {path}: not a file written by "
-                                f"--memlab-save (no \"format\": {FORMAT!r})")
-    if not isinstance(data.get("version"), int) or data["version"] > VERSION:
-        raise pytest.UsageError(f"--memlab-compare {path}: version {data.get('version')!r} is "
-                                f"newer than this pytorch_memlab reads ({VERSION}); upgrade it")
-    tests = data.get("tests")
-    if not isinstance(tests, dict):
-        raise pytest.UsageError(f"--memlab-compare {path}: 'tests' is not an object")
-    return tests
+    except ValueError as exc:
+        raise pytest.UsageError(f"--memlab-compare {path}: not a file written by --memlab-save "
+                                f"({' '.join(str(exc).split())})") from None
+    peaks = profile.extra.get(PEAKS_KEY)
+    if not isinstance(peaks, dict):
+        raise pytest.UsageError(f"--memlab-compare {path}: not a file written by --memlab-save "
+                                f"(a line profile without {PEAKS_KEY!r})")
+    out = {}
+    for nodeid, entry in peaks.items():
+        peak = entry.get("peak") if isinstance(entry, dict) else None
+        if not isinstance(peak, int) or isinstance(peak, bool):
+            raise pytest.UsageError(f"--memlab-compare {path}: {PEAKS_KEY}[{nodeid!r}] has no "
+                                    "integer 'peak'")
+        records = [r for r in profile.functions
+                   if r.qualname == nodeid or r.qualname.startswith(nodeid + CALLEE)]
+        out[nodeid] = (peak, profile.select(records))
+    return out
+
+
+def saved_profile(tests: dict[str, Any]) -> Profile:
+    """One profile of ``tests`` ({nodeid: {"peak", "device", "profile"}}), in
+    node id order, their peaks under ``PEAKS_KEY``."""
+    order = sorted(tests)
+    parts = [from_document(tests[nodeid]["profile"], nodeid) for nodeid in order]
+    meanings = {}
+    for part in parts:
+        meanings.update(part.meanings)
+    return Profile(
+        functions=[record for part in parts for record in part.functions],
+        columns=list(dict.fromkeys(c for part in parts for c in part.columns)),
+        devices=list(dict.fromkeys(d for part in parts for d in part.devices)),
+        versions=parts[0].versions if parts else {},
+        created=parts[0].created if parts else None, schema_version=SCHEMA_VERSION,
+        meanings=meanings,
+        extra={PEAKS_KEY: {nodeid: {"peak": tests[nodeid]["peak"],
+                                    "device": tests[nodeid]["device"]} for nodeid in order}})
 
 
 def write_saved(path: str, tests: dict[str, Any]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump({"format": FORMAT, "version": VERSION, "tests": tests}, f, indent=1,
-                  sort_keys=True)
+    from ..records.saved import save
+    save(saved_profile(tests), path, "json")
 
 
-def increase_failure(nodeid: str, old: dict[str, Any], peak: int,
-                     doc: dict[str, Any], threshold: tuple[str, float],
-                     text: str) -> Optional[str]:
+def increase_failure(old: tuple[int, Profile], peak: int, doc: dict[str, Any],
+                     threshold: tuple[str, float], text: str) -> Optional[str]:
     """The failure message when ``peak`` grew over ``threshold``, else None."""
     from ..common.sizes import readable_size
-    old_peak = int(old.get("peak", 0))
+    old_peak, old_profile = old
     grown = peak - old_peak
     kind, limit = threshold
     if kind == "bytes":
@@ -73,9 +125,7 @@ def increase_failure(nodeid: str, old: dict[str, Any], peak: int,
             f"--memlab-fail-on-increase {text}")
     try:
         from ..diffing import diff, render_text
-        from ..records.document import from_document
-        table = render_text(diff(from_document(old["profile"], "the saved profile"),
-                                 from_document(doc, "this run")))
+        table = render_text(diff(old_profile, from_document(doc, "this run")))
     except (KeyError, ValueError, TypeError) as exc:
         table = f"(no table diff: {exc})"
     return head + "\n\n" + table

@@ -131,7 +131,7 @@ class Measured:
         label = self.profiler.devices[self.devices.index(device)]
         records = [r for r in self.profiler.stats() if r["device"] == label]
         mine = [r for r in self.profiler.stats(self.test) if r["device"] == label]
-        keys = {(r["filename"], r["first_line"]) for r in mine}
+        keys = self.own_keys()
         others = [r for r in records if (r["filename"], r["first_line"]) not in keys
                   and record_peak(r) is not None]
         top = max([p for p in map(record_peak, mine) if p is not None], default=None)
@@ -142,5 +142,14 @@ class Measured:
         return DeviceResult(device, baseline, peak, self.after.get(device), mine, others,
                             per_call)
 
+    def own_keys(self) -> set[tuple[str, int]]:
+        """(filename, first_line) of the test function's records."""
+        return {(r["filename"], r["first_line"]) for r in self.profiler.stats(self.test)}
+
     def to_dict(self) -> dict[str, Any]:
         return self.profiler.to_dict()
+
+    def test_dict(self, nodeid: str) -> dict[str, Any]:
+        """The document --memlab-save keeps: each function named for the test."""
+        from ._gate import named_document
+        return named_document(nodeid, self.profiler.to_profile(), self.own_keys())

@@ -196,13 +196,13 @@ class MemlabRuntime:
         if not (self.save_path or self.compare_path):
             return None
         from ._gate import DOC_PROPERTY, increase_failure
-        doc = measured.to_dict()
+        doc = measured.test_dict(item.nodeid)
         if self.save_path:
             item.user_properties.append((DOC_PROPERTY, doc))
         old = self.baseline.get(item.nodeid)
         if failed or old is None or self.increase is None:
             return None
-        return increase_failure(item.nodeid, old, peak, doc, self.increase, self.increase_text)
+        return increase_failure(old, peak, doc, self.increase, self.increase_text)
 
     # ---- the tests with the highest peaks ---------------------------------------
 

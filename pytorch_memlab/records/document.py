@@ -49,8 +49,9 @@ names the exception that left the function through that line.  The record of
 the innermost function an out-of-memory error escaped also has a
 ``"postmortem"`` object (its keys: ``pytorch_memlab/postmortem.py``).  A reader
 accepts any file whose schema_version is not newer than its own and ignores
-keys it does not know (keeping them, as a torchrun rank's ``"rank"``); a change
-of meaning bumps the version.
+keys it does not know (keeping them, as a torchrun rank's ``"rank"`` or the
+``"pytest_peaks"`` of a file ``pytest --memlab-save`` wrote); a change of
+meaning bumps the version.
 
 ``column_meanings`` (new in version 2) says what each column of the file
 (``columns`` and any other a function record has) measures, as the memory

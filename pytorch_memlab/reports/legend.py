@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..records.meanings import Field
-from ..records.model import GROWTH
+from ..records.model import GROWTH, HELD
 
 # torch.cuda.memory_stats() families (the CPU source uses the same names).
 FAMILIES = {
@@ -25,6 +25,10 @@ KIND_WORDS = {
     "level": "the value when the line ended; over its executions, the maximum",
     "counter": "the amount added while the line ran; over its executions, the sum",
 }
+HELD_WORDS = ("bytes allocated while the line ran (its callees included) and still alive "
+              "when the function reached its peak; with what was alive before that call "
+              "and what other threads made, the lines' figures add up to the peak (blank: "
+              "the line never ran, or its memory source cannot tell); bytes")
 UNIT_NOTE = ("Sizes are binary: B = bytes, K = KiB (1,024 B), M = MiB (1,048,576 B), "
              "G = GiB, T = TiB; hover a figure for its exact bytes.")
 
@@ -34,6 +38,8 @@ def describe_column(column: str, meaning: Field) -> str:
     if column == GROWTH:
         return ("active bytes at the line's end minus at its start, summed over its "
                 "executions (which line keeps memory); bytes")
+    if column == HELD:
+        return HELD_WORDS
     parts = column.split(".")
     what = FAMILIES.get(parts[0], parts[0].replace("_", " "))
     pool = POOLS.get(parts[1], "") if len(parts) > 2 else ""
@@ -41,9 +47,13 @@ def describe_column(column: str, meaning: Field) -> str:
     return f"{what}{pool}: {KIND_WORDS.get(meaning.kind, meaning.kind)}; {unit}"
 
 
-def legend_rows(columns: Sequence[str], meanings: Sequence[Field]) -> list[tuple[str, str]]:
-    """(name, description) for each column, net growth, count and line."""
+def legend_rows(columns: Sequence[str], meanings: Sequence[Field],
+                held: bool = False) -> list[tuple[str, str]]:
+    """(name, description) for each column, held at peak (``held``: the
+    tables show it), net growth, count and line: the tables' order."""
     rows = [(c, describe_column(c, m)) for c, m in zip(columns, meanings)]
+    if held:
+        rows.append(("held at peak", HELD_WORDS))
     rows.append(("active_bytes net growth", describe_column(GROWTH, meanings[0]
                                                             if meanings else Field("", "", ""))))
     rows.append(("count", "how many times the line ran (0 or blank: never)"))

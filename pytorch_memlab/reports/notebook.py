@@ -14,7 +14,14 @@ from .sections import Table, render_sections, title
 # Seaborn's "muted" cycle, as the old tool used.
 COLORS = ("#4878d0", "#ee854a", "#6acc64", "#d65f5f", "#956cb4",
           "#8c613c", "#dc7ec0", "#797979", "#d5bb67", "#82c6e2")
-SHRINK = "#d65f5f"   # a negative net growth
+SHRINK = "#d65f5f"   # a negative figure (net growth) and nothing else
+# The bar of a figure >= 0: its column's colour, red left out
+BAR_COLORS = tuple(c for c in COLORS if c != SHRINK)
+
+
+def bar_color(index: int, value: int) -> str:
+    """The bar colour of the ``index``-th column of a group showing ``value``."""
+    return SHRINK if value < 0 else BAR_COLORS[index % len(BAR_COLORS)]
 
 _TABLE = "border-collapse:collapse;font-family:monospace;font-size:12px"
 _TH = "padding:2px 8px;text-align:right;border-bottom:1px solid #bbb;vertical-align:bottom"
@@ -23,11 +30,11 @@ _CODE = "padding:1px 8px;text-align:left;white-space:pre"
 _RAISED = "background:#fde0dc"
 
 
-def _bar(value: Optional[int], scale: int, color: str) -> str:
+def _bar(value: Optional[int], scale: int, index: int) -> str:
     if value is None or scale <= 0:
         return ""
     pct = min(100.0, 100.0 * abs(value) / scale)
-    fill = SHRINK if value < 0 else color
+    fill = bar_color(index, value)
     return (f"background:linear-gradient(90deg,{fill}99 {pct:.1f}%,"
             f"transparent {pct:.1f}%);")
 
@@ -49,7 +56,7 @@ def _section(section: Table, anchor: str) -> str:
               f'<th style="{_TH};text-align:left">code</th>')
     body = []
     for row in section.rows:
-        tds = [f'<td style="{_TD};{_bar(f.value, f.scale, COLORS[f.index % len(COLORS)])}">'
+        tds = [f'<td style="{_TD};{_bar(f.value, f.scale, f.index)}">'
                f"{html.escape(f.text)}</td>" for f in row.figures]
         code = html.escape(row.code) + (
             f' <b style="color:#b00">{html.escape(row.note)}</b>' if row.note else "")

@@ -9,12 +9,12 @@ from __future__ import annotations
 import html
 
 from ..common.sizes import readable_size
-from .notebook import COLORS
+from .notebook import BAR_COLORS
 from .peak_text import PeakItem, PeakNote
 
 # The lines take the column colours (red left out: it means shrinking
-# elsewhere); what is not a line of the function is grey or sand.
-_LINE_COLORS = tuple(c for c in COLORS if c not in ("#d65f5f", "#797979"))
+# elsewhere; grey too); what is not a line of the function is grey or sand.
+_LINE_COLORS = tuple(c for c in BAR_COLORS if c != "#797979")
 _OTHER_COLORS = {"before the call": "#a0a0a0", "other threads": "#d5bb67"}
 _REST_COLOR = "#dcdcdc"
 
