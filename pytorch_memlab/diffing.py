@@ -31,11 +31,11 @@ ProfileLike = Any   # a Profile, a SavedProfile / LineProfiler, or a path
 
 @dataclass
 class LineDiff:
+    """One aligned line: ``old`` or ``new`` is None where it has no partner
+    (tested with "is not None": a record is a Mapping, whose truth counts its keys)."""
+
     old: Optional[LineRecord]
     new: Optional[LineRecord]
-
-    # "is not None", never truthiness: a record is a Mapping, so bool() would
-    # count its keys
 
     @property
     def code(self) -> str:
@@ -268,8 +268,10 @@ def _function_diff(old: FunctionRecord, new: FunctionRecord,
 def diff(old: ProfileLike, new: ProfileLike,
          columns: Optional[Sequence[str]] = None) -> ProfileDiff:
     """Compare two profiles (``Profile``, ``load()``'s result, a LineProfiler,
-    or a path to a .json / .csv / rank folder).  ValueError when they share no
-    function (by qualname and device) or a column asked for is in neither."""
+    or a path to a .json / .csv / rank folder): the functions both have, and
+    (``one_side``) each rank, device or function only one has.  ValueError when
+    they share no function (by qualname and device) or a column asked for is
+    in neither."""
     a, b = _profile(old, "OLD"), _profile(new, "NEW")
     shared = [c for c in (columns or b.columns) if c in a.columns or c in b.columns]
     if columns:
