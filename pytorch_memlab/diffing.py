@@ -3,17 +3,27 @@
 
 Functions are matched by qualname and device.  Lines are matched by their
 code text, aligned like a text diff (the longest common subsequence of the
-two functions' stripped lines), so a line inserted or deleted does not shift
-the match; identical texts pair in order.  A function's peak is the highest
-figure of its peak column over its lines."""
+two functions' stripped lines, ``common.align``), so a line inserted or
+deleted does not shift the match; identical texts pair in order.  A
+function's peak is the highest figure of its peak column over its lines.
+
+Its change is blamed from the breakdown both records carry (``peak``: what
+was alive before the call and in other threads, and each line's
+``held_at_peak``): each part's change, an inserted line's whole held bytes.
+The largest increase is the line whose held_at_peak grew most, unless what was
+alive before the call grew by at least half of all the parts that grew: then
+the growth is before the call and no line is blamed.  Without a breakdown on
+both sides, the largest increase is the line whose peak figure grew most."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
 
+from .common.align import align
 from .common.sizes import parse_size, readable_size
-from .records.model import GROWTH, FunctionRecord, LineRecord, Profile
+from .records.model import HELD, FunctionRecord, LineRecord, Profile
 from .reports.calls import peak_column
 
 ProfileLike = Any   # a Profile, a SavedProfile / LineProfiler, or a path
@@ -21,19 +31,53 @@ ProfileLike = Any   # a Profile, a SavedProfile / LineProfiler, or a path
 
 @dataclass
 class LineDiff:
+    """One aligned line: ``old`` or ``new`` is None where it has no partner
+    (tested with "is not None": a record is a Mapping, whose truth counts its keys)."""
+
     old: Optional[LineRecord]
     new: Optional[LineRecord]
 
     @property
     def code(self) -> str:
-        return (self.new or self.old).code  # type: ignore[union-attr]
+        shown = self.new if self.new is not None else self.old
+        return shown.code  # type: ignore[union-attr]
 
     def change(self, column: str) -> Optional[int]:
-        a = self.old.figure(column) if self.old else None
-        b = self.new.figure(column) if self.new else None
+        a = self.old.figure(column) if self.old is not None else None
+        b = self.new.figure(column) if self.new is not None else None
         if a is None and b is None:
             return None
         return (b or 0) - (a or 0)
+
+
+@dataclass
+class PeakBlame:
+    """The change of a function's peak bytes, part by part; the parts sum to it."""
+
+    total: int
+    before_call: int                      # what was alive before the call began
+    other_threads: int
+    lines: list[tuple[LineDiff, int]]     # each aligned line's change of held_at_peak
+
+    @property
+    def grown(self) -> int:
+        """All that grew: the sum of the parts that grew."""
+        parts = [self.before_call, self.other_threads] + [c for _, c in self.lines]
+        return sum(p for p in parts if p > 0)
+
+    @property
+    def before(self) -> bool:
+        """The growth is before the call: at least half of all that grew."""
+        return self.before_call > 0 and 2 * self.before_call >= self.grown
+
+    def largest(self) -> Optional[LineRecord]:
+        """The new line whose held_at_peak grew most, unless the growth is
+        before the call or no line grew."""
+        grown = [(change, line.new) for line, change in self.lines
+                 if change > 0 and line.new is not None]
+        if self.before or not grown:
+            return None
+        return max(grown, key=lambda pair: pair[0])[1]
 
 
 @dataclass
@@ -45,6 +89,9 @@ class FunctionDiff:
     old_peak: Optional[int]
     new_peak: Optional[int]
     peak_line: Optional[int] = None      # new line number of the largest increase
+    blame: Optional[PeakBlame] = None    # None: a side has no breakdown of its peak
+    no_blame: str = ""                   # then, why, and how the line was chosen
+    held: bool = False                   # a side's lines carry held_at_peak
 
     @property
     def peak_change(self) -> int:
@@ -57,7 +104,8 @@ class FunctionDiff:
     def summary(self) -> str:
         sign = "+" if self.peak_change >= 0 else ""
         pct = self.peak_percent
-        where = f", line {self.peak_line}" if self.peak_line is not None else ""
+        where = (", before the call" if self.blame and self.blame.before
+                 else f", line {self.peak_line}" if self.peak_line is not None else "")
         rel = f", {sign}{pct:.1f}%" if pct is not None else ""
         return (f"{self.qualname}: peak {readable_size(self.old_peak or 0)} -> "
                 f"{readable_size(self.new_peak or 0)} ({sign}{readable_size(self.peak_change)}"
@@ -65,8 +113,26 @@ class FunctionDiff:
 
 
 @dataclass
+class OneSide:
+    """A rank, device or function that one profile has and the other lacks."""
+
+    side: str       # the profile that has it: "OLD" or "NEW"
+    kind: str       # "rank", "device" or "function"
+    name: str       # "rank 1", "device cuda:0", "function f (train.py:12) on cpu"
+
+    def text(self) -> str:
+        return f"only in {self.side}: {self.name}"
+
+
+@dataclass
 class ProfileDiff:
     functions: list[FunctionDiff] = field(default_factory=list)
+    one_side: list[OneSide] = field(default_factory=list)
+
+    @property
+    def missing_from_new(self) -> list[OneSide]:
+        """What OLD measured and NEW does not (a gate fails on it)."""
+        return [item for item in self.one_side if item.side == "OLD"]
 
 
 def _profile(obj: ProfileLike, what: str) -> Profile:
@@ -111,34 +177,52 @@ def _rank_folder(path: str, what: str) -> Profile:
         profile = from_document(doc, path)
         columns += [c for c in profile.columns if c not in columns]
         for record in profile.functions:
-            record.device = f"rank{rank}:{record.device}"
+            record.device = f"rank{rank}:{record.device}"     # read back by _rank
             functions.append(record)
     return Profile(functions, columns, list(dict.fromkeys(r.device for r in functions)))
 
 
-def align(old: Sequence[str], new: Sequence[str]) -> list[tuple[Optional[int], Optional[int]]]:
-    """Pairs of indexes (None: no partner) matching equal texts in order, by
-    the longest common subsequence."""
-    n, m = len(old), len(new)
-    table = [[0] * (m + 1) for _ in range(n + 1)]
-    for i in range(n - 1, -1, -1):
-        for j in range(m - 1, -1, -1):
-            table[i][j] = (table[i + 1][j + 1] + 1 if old[i] == new[j]
-                           else max(table[i + 1][j], table[i][j + 1]))
-    pairs: list[tuple[Optional[int], Optional[int]]] = []
-    i = j = 0
-    while i < n and j < m:
-        if old[i] == new[j]:
-            pairs.append((i, j))
-            i, j = i + 1, j + 1
-        elif table[i + 1][j] >= table[i][j + 1]:
-            pairs.append((i, None))
-            i += 1
-        else:
-            pairs.append((None, j))
-            j += 1
-    pairs += [(k, None) for k in range(i, n)] + [(None, k) for k in range(j, m)]
-    return pairs
+_RANK_DEVICE = re.compile(r"rank(\d+):(.*)")
+
+
+def _rank(device: str) -> tuple[Optional[int], str]:
+    """(rank, device) of a rank folder's "rankR:<device>", else (None, device)."""
+    match = _RANK_DEVICE.fullmatch(device)
+    return (int(match.group(1)), match.group(2)) if match else (None, device)
+
+
+def _where(device: str) -> str:
+    rank, name = _rank(device)
+    return name if rank is None else f"{name} of rank {rank}"
+
+
+def _devices(profile: Profile) -> list[str]:
+    return list(dict.fromkeys(list(profile.devices) + [r.device for r in profile.functions]))
+
+
+def _one_side(a: Profile, b: Profile) -> list[OneSide]:
+    """Each rank, device or function one profile has and the other lacks,
+    named once: a rank's devices and functions, a device's functions, not again."""
+    out: list[OneSide] = []
+    for side, this, other in (("OLD", a, b), ("NEW", b, a)):
+        theirs = _devices(other)
+        their_ranks = {_rank(d)[0] for d in theirs}
+        their_functions = {(r.qualname, r.device) for r in other.functions}
+        ranks: list[int] = []
+        for device in _devices(this):
+            rank = _rank(device)[0]
+            if device in theirs or rank in ranks:
+                continue
+            if rank is not None and rank not in their_ranks:
+                ranks.append(rank)
+                out.append(OneSide(side, "rank", f"rank {rank}"))
+            else:
+                out.append(OneSide(side, "device", f"device {_where(device)}"))
+        out += [OneSide(side, "function", f"function {r.qualname} "
+                        f"({os.path.basename(r.filename)}:{r.first_line}) on {_where(r.device)}")
+                for r in this.functions
+                if r.device in theirs and (r.qualname, r.device) not in their_functions]
+    return out
 
 
 def _peak(record: FunctionRecord, column: Optional[str]) -> Optional[int]:
@@ -157,20 +241,37 @@ def _function_diff(old: FunctionRecord, new: FunctionRecord,
                       new.lines[j] if j is not None else None) for i, j in pairs]
     column = peak_column(columns)
     diff = FunctionDiff(new.qualname, new.device, list(columns), lines,
-                        _peak(old, column), _peak(new, column))
-    if column is not None:
-        grown = [(line.change(column) or 0, line) for line in lines if line.new is not None]
-        best = max(grown, key=lambda pair: pair[0], default=None)
-        if best is not None and best[0] > 0:
-            diff.peak_line = best[1].new.lineno  # type: ignore[union-attr]
+                        _peak(old, column), _peak(new, column),
+                        held=old.has_held or new.has_held)
+    if old.peak is not None and new.peak is not None:
+        diff.blame = PeakBlame(new.peak["bytes"] - old.peak["bytes"],
+                               new.peak["before_call"] - old.peak["before_call"],
+                               new.peak["other_threads"] - old.peak["other_threads"],
+                               [(line, line.change(HELD) or 0) for line in lines])
+        largest = diff.blame.largest()
+        diff.peak_line = largest.lineno if largest else None
+        return diff
+    lacking = " and ".join(side for side, r in (("OLD", old), ("NEW", new)) if r.peak is None)
+    diff.no_blame = (f"{lacking} without a breakdown of the peak (held_at_peak: a file older "
+                     "than schema version 4, or a polled source): ")
+    if column is None:
+        diff.no_blame += "no line is marked"
+        return diff
+    diff.no_blame += f"the line marked is the one whose {column} grew most"
+    grown = [(line.change(column) or 0, line) for line in lines if line.new is not None]
+    best = max(grown, key=lambda pair: pair[0], default=None)
+    if best is not None and best[0] > 0:
+        diff.peak_line = best[1].new.lineno  # type: ignore[union-attr]
     return diff
 
 
 def diff(old: ProfileLike, new: ProfileLike,
          columns: Optional[Sequence[str]] = None) -> ProfileDiff:
     """Compare two profiles (``Profile``, ``load()``'s result, a LineProfiler,
-    or a path to a .json / .csv / rank folder).  ValueError when they share no
-    function (by qualname and device) or a column asked for is in neither."""
+    or a path to a .json / .csv / rank folder): the functions both have, and
+    (``one_side``) each rank, device or function only one has.  ValueError when
+    they share no function (by qualname and device) or a column asked for is
+    in neither."""
     a, b = _profile(old, "OLD"), _profile(new, "NEW")
     shared = [c for c in (columns or b.columns) if c in a.columns or c in b.columns]
     if columns:
@@ -182,7 +283,7 @@ def diff(old: ProfileLike, new: ProfileLike,
         raise ValueError(f"the profiles share no device (OLD: {', '.join(a.devices) or 'none'}; "
                          f"NEW: {', '.join(b.devices) or 'none'})")
     olds = {(r.qualname, r.device): r for r in a.functions}
-    out = ProfileDiff()
+    out = ProfileDiff(one_side=_one_side(a, b))
     for record in b.functions:
         match = olds.get((record.qualname, record.device))
         if match is not None:
@@ -194,59 +295,9 @@ def diff(old: ProfileLike, new: ProfileLike,
     return out
 
 
-def signed(value: Optional[int]) -> str:
-    """A change as the tables write it: ``+16.00M``, ``-2.00M``, blank when 0."""
-    if not value:
-        return ""
-    return ("+" if value > 0 else "") + readable_size(value)
-
-
-@dataclass
-class DiffRow:
-    """One aligned line of a function's diff, as both views show it."""
-    line: LineDiff
-    lineno: str                  # the new line number, "-N" for a deleted old line N
-    figures: list[tuple[Optional[int], Optional[int], Optional[int]]]   # (old, new, change)
-    largest: bool                # the largest increase of the function's peak column
-
-
-def diff_columns(fd: FunctionDiff) -> list[str]:
-    return fd.columns + [GROWTH]
-
-
-def diff_rows(fd: FunctionDiff) -> list[DiffRow]:
-    rows = []
-    for line in fd.lines:
-        figures = [(line.old.figure(c) if line.old else None,
-                    line.new.figure(c) if line.new else None, line.change(c))
-                   for c in diff_columns(fd)]
-        lineno = str(line.new.lineno) if line.new else f"-{line.old.lineno}"  # type: ignore[union-attr]
-        largest = line.new is not None and line.new.lineno == fd.peak_line
-        rows.append(DiffRow(line, lineno, figures, largest))
-    return rows
-
-
 def render_text(result: ProfileDiff) -> str:
-    out: list[str] = []
-    for fd in result.functions:
-        head = []
-        for c in diff_columns(fd):
-            head += [f"old {c}", f"new {c}", "change"]
-        rows = [head + ["line", "code"]]
-        for row in diff_rows(fd):
-            cells = []
-            for a, b, change in row.figures:
-                cells += ["" if a is None else readable_size(a),
-                          "" if b is None else readable_size(b), signed(change)]
-            mark = "   <-- largest increase" if row.largest else ""
-            rows.append(cells + [row.lineno, row.line.code + mark])
-        widths = [max(len(r[k]) for r in rows) for k in range(len(head) + 1)]
-        out.append(f"## {fd.qualname} ({fd.device})\n")
-        for r in rows:
-            out.append("  ".join(v.rjust(w) for v, w in zip(r, widths)) + "  " + r[-1])
-        out.append("")
-    out += [fd.summary() for fd in result.functions]
-    return "\n".join(line.rstrip() for line in out) + "\n"
+    from .reports.diff_text import render_diff_text
+    return render_diff_text(result)
 
 
 def render_html(result: ProfileDiff) -> str:
@@ -269,7 +320,7 @@ def parse_threshold(text: str, what: str) -> tuple[str, float]:
     try:
         return "bytes", float(parse_size(value, what))
     except (TypeError, ValueError):
-        raise ValueError(f"{what} {text!r}: expected a size (e.g. 16MiB, 512 KB) or a "
+        raise ValueError(f"{what} {text!r}: expected a size (e.g. 16MiB, 512 KB, 0) or a "
                          "percentage (e.g. 5%)") from None
 
 

@@ -1,8 +1,8 @@
 """Helpers shared by the test modules (pytest puts test/ on sys.path; the
 children run_fresh starts have it on theirs): the figures of a line, sources
-and interpreters for the tracer's tests, the thread helpers, and an OOM
-post-mortem's live bytes by line, a peak's breakdown, and an IPython shell
-with %mlrun loaded."""
+and interpreters for the tracer's tests, the thread helpers, an OOM post-mortem's
+live bytes by line, a peak's breakdown, saved profiles for ``diff``, and an
+IPython shell with %mlrun loaded."""
 import bdb
 import contextlib
 import ctypes
@@ -142,6 +142,26 @@ def run_script(tmp_path, source, expect_rc=0, env=None, timeout=300):
                           timeout=timeout, env=env)
     assert proc.returncode == expect_rc, proc.stderr
     return proc.stdout, proc.stderr
+
+
+def saved_profile(tmp_path, name, source, functions=("train_step",)):
+    """``python -m pytorch_memlab run -d cpu -f F... -o NAME.json`` on
+    ``source`` written as NAME.py: the path of the saved profile."""
+    script = tmp_path / f"{name}.py"
+    script.write_text(textwrap.dedent(source))
+    out = tmp_path / f"{name}.json"
+    picks = [arg for f in functions for arg in ("-f", f)]
+    proc = subprocess.run([sys.executable, "-m", "pytorch_memlab", "run", "-d", "cpu", *picks,
+                           "-o", str(out), str(script)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def diff_cli(*args):
+    """``python -m pytorch_memlab diff ARGS``: the finished process."""
+    return subprocess.run([sys.executable, "-m", "pytorch_memlab", "diff", *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
 
 
 class ContinueDebugger(bdb.Bdb):

@@ -1,8 +1,5 @@
 """``python -m pytorch_memlab diff`` and ``pytorch_memlab.diff``: two versions
 of a script, the second inserting a line and enlarging a tensor."""
-import subprocess
-import sys
-import textwrap
 from html.parser import HTMLParser
 
 import pytest
@@ -11,7 +8,8 @@ pytest.importorskip("torch")
 pytest.importorskip("pytorch_memlab._torchshim")
 
 import pytorch_memlab  # noqa: E402
-from helpers import MiB  # noqa: E402
+from helpers import MiB, saved_profile  # noqa: E402
+from helpers import diff_cli as cli  # noqa: E402
 from pytorch_memlab.common.sizes import readable_size  # noqa: E402
 
 OLD = """\
@@ -37,25 +35,9 @@ train_step()
 """
 
 
-def profile(tmp_path, name, source):
-    script = tmp_path / f"{name}.py"
-    script.write_text(source)
-    out = tmp_path / f"{name}.json"
-    proc = subprocess.run([sys.executable, "-m", "pytorch_memlab", "run", "-d", "cpu",
-                           "-f", "train_step", "-o", str(out), str(script)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return out
-
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "pytorch_memlab", "diff", *map(str, args)],
-                          capture_output=True, text=True, timeout=300)
-
-
 @pytest.fixture
 def pair(tmp_path):
-    return profile(tmp_path, "old", OLD), profile(tmp_path, "new", NEW)
+    return saved_profile(tmp_path, "old", OLD), saved_profile(tmp_path, "new", NEW)
 
 
 def test_lines_matched_by_text_and_exact_delta(pair):
@@ -89,6 +71,8 @@ def test_cli_text_html_and_exit_codes(pair, tmp_path):
     assert cli(old, new, "--fail-over", "6MiB").returncode == 0
     assert cli(old, new, "--fail-over", "50%").returncode == 1
     assert cli(old, new, "--fail-over", "70%").returncode == 0
+    assert cli(old, new, "--fail-over", "0").returncode == 1      # a bare 0, as 0B
+    assert cli(old, old, "--fail-over", "0").returncode == 0
     html = tmp_path / "diff.html"
     assert cli(old, new, "-o", html).returncode == 0
     assert "train_step: peak 8.00M" in html.read_text()

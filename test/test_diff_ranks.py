@@ -2,8 +2,6 @@
 (``prof/rank<R>.json``, as ``run -o prof/`` leaves them): each rank's
 functions are compared with the same rank's."""
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -12,9 +10,11 @@ pytest.importorskip("pytorch_memlab._torchshim")
 
 import pytorch_memlab  # noqa: E402
 from pytorch_memlab import LineProfiler  # noqa: E402
+from pytorch_memlab.diffing import render_html  # noqa: E402
 from pytorch_memlab.distributed import write_rank_file  # noqa: E402
 
 from helpers import MiB  # noqa: E402
+from helpers import diff_cli as cli  # noqa: E402
 
 
 def step(n):
@@ -38,11 +38,6 @@ def rank_folder(path, sizes):
 def folders(tmp_path):
     return (rank_folder(tmp_path / "old", [MiB, MiB]),
             rank_folder(tmp_path / "new", [MiB, 3 * MiB]))
-
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "pytorch_memlab", "diff", *map(str, args)],
-                          capture_output=True, text=True, timeout=300)
 
 
 def test_each_rank_against_the_same_rank(folders):
@@ -73,3 +68,21 @@ def test_cli_on_folders(folders, tmp_path):
     bad = cli(tmp_path / "empty", new)
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1 and "OLD" in bad.stderr and "rank" in bad.stderr
+
+
+def test_a_rank_on_one_side_is_named_and_fails_the_gate(tmp_path):
+    """A rank of OLD missing from NEW is named once (not its devices or
+    functions) and fails --fail-over however little grew; one NEW alone adds
+    is named and passes."""
+    old, new = rank_folder(tmp_path / "old", [MiB, MiB]), rank_folder(tmp_path / "new", [MiB])
+    proc = cli(old, new, "--fail-over", "1MiB")
+    assert proc.stdout.rstrip().splitlines()[-1] == "only in OLD: rank 1"
+    assert proc.returncode == 1
+    assert proc.stderr == "pytorch_memlab diff: rank 1 is missing from NEW (--fail-over 1MiB)\n"
+    grown = cli(new, old, "--fail-over", "1MiB")
+    assert grown.returncode == 0, grown.stderr
+    assert grown.stdout.rstrip().splitlines()[-1] == "only in NEW: rank 1"
+    result = pytorch_memlab.diff(old, new)
+    assert [fd.device for fd in result.functions] == ["rank0:cpu"]
+    assert [item.text() for item in result.one_side] == ["only in OLD: rank 1"]
+    assert '<p class="one-side">only in OLD: rank 1</p>' in render_html(result)

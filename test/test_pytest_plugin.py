@@ -299,6 +299,9 @@ def test_sizes():
     assert parse_size("2 GiB", "x") == 2 * 1024 ** 3
     assert parse_size(" 512 B ", "x") == 512
     assert parse_size(4096, "x") == 4096
+    assert parse_size("0", "x") == parse_size(" 0.0 ", "x") == parse_size("0B", "x") == 0
+    with pytest.raises(ValueError, match="'5' is not a size"):
+        parse_size("5", "x")                 # bytes or KiB? only zero needs no unit
     with pytest.raises(TypeError, match="x: expected"):
         parse_size(1.5, "x")
 

@@ -167,7 +167,8 @@ class DiffCommand(Verb):
         column_option("a column to compare (repeatable; default: all)"),
         output_option("OUT.html", "also write the comparison as HTML"),
         option("--fail-over", metavar="SIZE|PCT",
-               help="exit 1 when a function's peak grew by more than this (e.g. 16MiB or 5%%)"),
+               help="exit 1 when a function's peak grew by more than this (e.g. 16MiB, 5%%, 0), "
+                    "or a rank, device or function of OLD is missing from NEW"),
     )
 
     def run(self, args: argparse.Namespace) -> int:

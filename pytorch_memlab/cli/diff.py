@@ -35,5 +35,10 @@ def run_diff(args: argparse.Namespace) -> int:
         for fd in grown:
             print(f"pytorch_memlab diff: {fd.qualname} grew over --fail-over {args.fail_over}",
                   file=sys.stderr)
-        return 1 if grown else 0
+        # what NEW no longer measures cannot be held under the threshold
+        gone = result.missing_from_new
+        for item in gone:
+            print(f"pytorch_memlab diff: {item.name} is missing from NEW "
+                  f"(--fail-over {args.fail_over})", file=sys.stderr)
+        return 1 if grown or gone else 0
     return 0

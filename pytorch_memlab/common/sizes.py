@@ -97,8 +97,9 @@ _UNITS = {
     "kib": 1024, "mib": 1024 ** 2, "gib": 1024 ** 3,
 }
 SIZE_FORMS = ("an int (bytes) or a string like '512 B', '64 KB', '64 KiB', '1.5 MB', "
-              "'1.5 MiB', '2 GB' or '2 GiB' (KB/MB/GB = 1000**n bytes, KiB/MiB/GiB = 1024**n)")
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]+)\s*$")
+              "'1.5 MiB', '2 GB' or '2 GiB' (KB/MB/GB = 1000**n bytes, KiB/MiB/GiB = 1024**n), "
+              "or '0'")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
 
 
 def parse_size(value: object, what: str) -> int:
@@ -107,7 +108,7 @@ def parse_size(value: object, what: str) -> int:
 
     KB, MB and GB are decimal (SI and IEC), KiB, MiB and GiB binary; units
     match without regard to case.  A bare number in a string is refused as
-    ambiguous, while an int is a count of bytes.
+    ambiguous, but zero, the same in every unit; an int is a count of bytes.
     """
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise TypeError(f"{what}: expected {SIZE_FORMS}, not {type(value).__name__} {value!r}")
@@ -119,6 +120,10 @@ def parse_size(value: object, what: str) -> int:
     if match is None:
         raise ValueError(f"{what}: {value!r} is not a size; expected {SIZE_FORMS}")
     number, unit = match.groups()
+    if not unit:
+        if Decimal(number) == 0:
+            return 0
+        raise ValueError(f"{what}: {value!r} is not a size (no unit); expected {SIZE_FORMS}")
     factor = _UNITS.get(unit.lower())
     if factor is None:
         raise ValueError(f"{what}: unknown unit {unit!r} in {value!r}; expected {SIZE_FORMS}")

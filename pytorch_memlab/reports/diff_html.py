@@ -3,7 +3,9 @@ page in the report's style (``html_page.page``).  Per function a table with,
 per column, the old figure, the new one and the change (exact bytes on
 hover, red for an increase, green for a decrease), the line and its code; the
 row of the largest increase is highlighted, a deleted old line is grey, and
-the summary line closes the function.  Click a heading to sort by it."""
+the line blaming the peak's change and the summary close the function; the
+ranks, devices and functions found on one side only follow the summaries.
+Click a heading to sort by it."""
 from __future__ import annotations
 
 import html
@@ -25,7 +27,7 @@ def _cell(value: Optional[int], text: str, cls: str = "") -> str:
 
 
 def _function(fd: "FunctionDiff") -> str:
-    from ..diffing import diff_columns, diff_rows, signed
+    from .diff_text import blame_line, diff_columns, diff_rows, signed
     columns = diff_columns(fd)
     groups = "".join(f'<th class="group" colspan="3">{"<br>".join(map(html.escape, title(c)))}'
                      "</th>" for c in columns)
@@ -45,7 +47,7 @@ def _function(fd: "FunctionDiff") -> str:
             tds.append(_cell(new, "" if new is None else readable_size(new)))
             trend = "up" if (change or 0) > 0 else "down" if (change or 0) < 0 else ""
             tds.append(_cell(change if change else None, signed(change), trend))
-        order = row.line.new.lineno if row.line.new else row.line.old.lineno  # type: ignore[union-attr]
+        order = row.line.new.lineno if row.line.new is not None else row.line.old.lineno  # type: ignore[union-attr]
         tds.append(f'<td data-v="{order}">{html.escape(row.lineno)}</td>')
         mark = ' <b class="largest">&larr; largest increase</b>' if row.largest else ""
         tds.append(f'<td class="code">{html.escape(row.line.code)}{mark}</td>')
@@ -57,6 +59,7 @@ def _function(fd: "FunctionDiff") -> str:
             f"<h2>{html.escape(name)}</h2>"
             f'<table class="prof"><thead><tr>{groups}<th colspan="2"></th></tr>'
             f"<tr>{''.join(heads)}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            f'<p class="blame">{html.escape(blame_line(fd))}</p>'
             f'<p class="summary">{html.escape(fd.summary())}</p></section>')
 
 
@@ -64,5 +67,7 @@ def render_diff_html(result: "ProfileDiff",
                      title_text: str = "pytorch_memlab diff") -> str:
     body = [_function(fd) for fd in result.functions]
     body.append("<h2>summary</h2>" + "".join(
-        f'<p class="summary">{html.escape(fd.summary())}</p>' for fd in result.functions))
+        f'<p class="summary">{html.escape(fd.summary())}</p>' for fd in result.functions)
+        + "".join(f'<p class="one-side">{html.escape(item.text())}</p>'
+                  for item in result.one_side))
     return page(title_text, body)

@@ -26,11 +26,12 @@ class PeakItem(NamedTuple):
 
 
 def summed_items(parts: Iterable[PeakItem]) -> list[PeakItem]:
-    """The items a breakdown shows: the non-zero parts, largest first (ties
-    keep their order), at most MAX_ITEMS, the rest summed into one "N more"
-    item.  The peak's line and bar and the out-of-memory post-mortem's
-    breakdown all choose their items here."""
-    ordered = sorted((p for p in parts if p.size), key=lambda p: -p.size)
+    """The items a breakdown shows: the non-zero parts, largest first (by
+    size without sign, for a diff's changes; ties keep their order), at most
+    MAX_ITEMS, the rest summed into one "N more" item.  The peak's line and
+    bar, the out-of-memory post-mortem's breakdown and a diff's blame all
+    choose their items here."""
+    ordered = sorted((p for p in parts if p.size), key=lambda p: -abs(p.size))
     if len(ordered) <= MAX_ITEMS:
         return ordered
     rest = ordered[MAX_ITEMS - 1:]
