@@ -23,6 +23,7 @@ struct AttribCall {
     int first_line;        /* the table's slots when it began: live[]'s */
     int n_slots;
     AttribCall *next_open; /* Borrowed. the open list, newest first */
+    int suspended;         /* its generator is suspended: no peaks, not a top */
     int64_t live[];        /* per line of the table: made there, still alive */
 };
 
@@ -199,7 +200,8 @@ static void
 snapshot_if_higher(Attrib *a, AttribCall *c)
 {
     AttribPeak *p = c->table->peak;
-    if (p == NULL || a->level <= p->bytes) {
+    /* A suspended function is not running: its lines did not see the level. */
+    if (p == NULL || c->suspended || a->level <= p->bytes) {
         return;
     }
     p->bytes = a->level;
@@ -365,6 +367,9 @@ on_alloc(Attrib *a, uint64_t thread, uintptr_t ptr, int64_t size)
     AttribCall *call = top != NULL ? top->top : NULL;
     if (top == NULL && a->open != NULL && !runs_python_now()) {
         call = a->open;
+        while (call != NULL && call->suspended) {
+            call = call->next_open;
+        }
     }
     AttribBlock made = {ptr, 0, ++a->seq, call,
                         call != NULL ? __atomic_load_n(&call->line, __ATOMIC_RELAXED) : -1};
@@ -780,5 +785,63 @@ attrib_table_size(const Attrib *a, size_t *used, size_t *capacity)
     lock();
     *used = a->used;
     *capacity = a->capacity;
+    unlock();
+}
+
+/* ---- suspended generators (suspended.h) ---- */
+
+/* Make `c` not its thread's innermost Call: `below` (an open Call of that
+ * thread, or NULL) is again. */
+static void
+top_becomes(Attrib *a, AttribCall *c, AttribCall *below)
+{
+    AttribTop *top = top_of(a, c->thread);
+    if (top != NULL && top->top == c) {
+        top->top = below;
+        if (below == NULL) {
+            *top = a->tops[--a->n_tops];
+        }
+    }
+}
+
+void
+attrib_suspend(Attrib *a, AttribCall *c, AttribCall *below)
+{
+    lock();
+    if (c->is_open) {
+        c->suspended = 1;
+        top_becomes(a, c, below);
+    }
+    unlock();
+}
+
+void
+attrib_resume(Attrib *a, AttribCall *c)
+{
+    uint64_t thread = (uint64_t)PyThread_get_thread_ident();
+    lock();
+    if (!c->is_open) {
+        goto done;
+    }
+    AttribTop *top = top_of(a, thread);
+    if (top == NULL) {
+        if (a->n_tops == a->cap_tops) {
+            int cap = a->cap_tops ? a->cap_tops * 2 : 8;
+            AttribTop *tops = realloc(a->tops, sizeof(AttribTop) * (size_t)cap);
+            if (tops == NULL) {
+                a->failed = 1;     /* its blocks count as another thread's */
+                goto done;
+            }
+            a->tops = tops;
+            a->cap_tops = cap;
+        }
+        top = &a->tops[a->n_tops++];
+        top->thread = thread;
+    }
+    top->top = c;
+    c->thread = thread;
+    c->suspended = 0;
+    snapshot_if_higher(a, c);
+done:
     unlock();
 }
