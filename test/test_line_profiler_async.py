@@ -9,7 +9,8 @@ from helpers import line_figures, line_of
 torch = pytest.importorskip("torch")
 pytest.importorskip("pytorch_memlab._torchshim")
 
-from pytorch_memlab import LineProfiler  # noqa: E402
+from pytorch_memlab import LineProfiler, clear_global_line_profiler, profile  # noqa: E402
+from pytorch_memlab.line_profiler import global_line_profiler  # noqa: E402
 
 from helpers import MiB  # noqa: E402
 PEAK = "active_bytes.all.peak"
@@ -111,3 +112,28 @@ def test_interleaved_coroutines_each_hold_their_own_bytes():
     assert peak["bytes"] - peak["before_call"] == 36 * MiB
     # Overlapping calls are one call of the per-call figures, as on threads.
     assert record["calls"] == 1
+
+
+def test_a_decorated_coroutine_is_one_call_per_run():
+    clear_global_line_profiler()
+
+    @profile(device="cpu")
+    async def decorated():
+        a = torch.empty(4 * MiB, dtype=torch.uint8)   # decorated, before
+        await asyncio.sleep(0)
+        b = torch.empty(16 * MiB, dtype=torch.uint8)  # decorated, after
+        return a, b
+
+    try:
+        for _ in range(2):
+            del _
+            result = asyncio.run(decorated())
+            del result
+        prof = global_line_profiler(device="cpu")
+        prof.disable()
+        record, peak, held = held_at_peak(prof, decorated)
+        assert record["calls"] == 2
+        assert held == {line_of(decorated, "# decorated, before"): 4 * MiB,
+                        line_of(decorated, "# decorated, after"): 16 * MiB}
+    finally:
+        clear_global_line_profiler()
