@@ -146,14 +146,16 @@ def generator(device):
     yield a
 
 
-def test_a_generator_resumption_is_its_own_call(device):
+def test_a_generator_call_spans_its_yields(device):
     prof = LineProfiler(generator, device=device)
     with prof:
         assert list(generator(device))[0] == 1
     peak, held = breakdown(prof, generator)
-    # what the first run made and kept is alive before the resumption began
-    assert peak["lineno"] == line_of(generator, "# resumed")
-    assert held == {line_of(generator, "# resumed"): 8 * MiB}
+    # what it made before the yield is its own line's, not "before the call"
+    assert peak["lineno"] == line_of(generator, "# resumed") and peak["call"] == 1
+    assert held == {line_of(generator, "# before the first yield"): 2 * MiB,
+                    line_of(generator, "# resumed"): 8 * MiB}
+    assert prof.stats(generator)[0]["calls"] == 1
 
 
 def allocate_then_fail(device):

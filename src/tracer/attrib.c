@@ -17,6 +17,7 @@ typedef struct AttribOpen {
     int first_line;        /* the table's slots when it began: live[]'s */
     int n_slots;
     AttribCall *next_open; /* Borrowed. the open list, newest first */
+    int suspended;         /* its generator is suspended: no peaks, not a top */
     int64_t live[];        /* per line of the table: made there, still alive */
 } AttribOpen;
 
@@ -221,7 +222,8 @@ static void
 snapshot_if_higher(Attrib *a, AttribCall *c)
 {
     AttribPeak *p = c->table->peak;
-    if (p == NULL || a->level <= p->bytes) {
+    /* A suspended function is not running: its lines did not see the level. */
+    if (p == NULL || c->open->suspended || a->level <= p->bytes) {
         return;
     }
     const AttribOpen *op = c->open;
@@ -852,5 +854,63 @@ attrib_table_size(const Attrib *a, size_t *used, size_t *capacity)
     lock();
     *used = a->used;
     *capacity = a->capacity;
+    unlock();
+}
+
+/* ---- suspended generators (suspended.h) ---- */
+
+/* Make `c` not its thread's innermost Call: `below` (an open Call of that
+ * thread, or NULL) is again. */
+static void
+top_becomes(Attrib *a, AttribCall *c, AttribCall *below)
+{
+    AttribTop *top = top_of(a, c->open->thread);
+    if (top != NULL && top->top == c) {
+        top->top = below;
+        if (below == NULL) {
+            *top = a->tops[--a->n_tops];
+        }
+    }
+}
+
+void
+attrib_suspend(Attrib *a, AttribCall *c, AttribCall *below)
+{
+    lock();
+    if (c->open != NULL) {
+        c->open->suspended = 1;
+        top_becomes(a, c, below);
+    }
+    unlock();
+}
+
+void
+attrib_resume(Attrib *a, AttribCall *c)
+{
+    uint64_t thread = (uint64_t)PyThread_get_thread_ident();
+    lock();
+    if (c->open == NULL) {
+        goto done;
+    }
+    AttribTop *top = top_of(a, thread);
+    if (top == NULL) {
+        if (a->n_tops == a->cap_tops) {
+            int cap = a->cap_tops ? a->cap_tops * 2 : 8;
+            AttribTop *tops = realloc(a->tops, sizeof(AttribTop) * (size_t)cap);
+            if (tops == NULL) {
+                a->failed = 1;     /* its blocks count as another thread's */
+                goto done;
+            }
+            a->tops = tops;
+            a->cap_tops = cap;
+        }
+        top = &a->tops[a->n_tops++];
+        top->thread = thread;
+    }
+    top->top = c;
+    c->open->thread = thread;
+    c->open->suspended = 0;
+    snapshot_if_higher(a, c);
+done:
     unlock();
 }

@@ -114,6 +114,14 @@ AttribCall *attrib_push(Attrib *a, LineTable *table, int line, int64_t call);
 void attrib_set_line(AttribCall *c, int line);
 void attrib_pop(Attrib *a, AttribCall *c);
 
+/* A generator's frame suspends with its Call open (suspended.h): the Call
+ * takes no peaks, and its thread's innermost Call is `below` again (an open
+ * Call, or NULL); blocks made meanwhile are "other" for it.  Resume: it is
+ * the calling thread's innermost Call again.  Its parent stays the Call it
+ * began under.  Hot path, GIL held. */
+void attrib_suspend(Attrib *a, AttribCall *c, AttribCall *below);
+void attrib_resume(Attrib *a, AttribCall *c);
+
 /* The table's peak (GIL held): a copy under the lock, or NULL when none.
  * The caller frees it with free(). */
 AttribPeak *attrib_peak_copy(LineTable *table);

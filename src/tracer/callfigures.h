@@ -2,8 +2,10 @@
  *
  * A *call* runs from the moment a thread enters a profiled function while no
  * profiled frame is open on any thread, to the moment no profiled frame is
- * open anywhere: a nested or recursive call is part of the call around it,
- * and calls that overlap on several threads are one call.  A table takes part
+ * open anywhere and no profiled generator or coroutine is suspended
+ * (suspended.h): a nested or recursive call is part of the call around it,
+ * and calls that overlap on several threads, or interleave on one, are one
+ * call.  A table takes part
  * in a call when one of its lines committed during it.
  *
  * Nothing here runs per line: at the end of each call, a table that took

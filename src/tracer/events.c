@@ -128,12 +128,28 @@ commit_line(TracerObject *t, ThreadStack *stack, int i, int64_t level, int next_
     f->start_level = level;
 }
 
-/* A thread's stack opened (its first profiled frame) or closed: a call
- * ends when no stack is open (callfigures.h). */
+/* The call (callfigures.h) is open while a thread has a profiled frame open
+ * or a generator's call is suspended (suspended.h). */
 static void
-stack_opened(TracerObject *t, int64_t level)
+call_may_end(TracerObject *t, int64_t level, int read_ok)
 {
-    if (t->open_stacks++ == 0) {
+    if (t->call_open && t->open_stacks == 0 && t->suspensions.parked == 0) {
+        t->call_open = 0;
+        t->memory_errors += callfigures_end_call(&t->clock, &t->codes, level, read_ok);
+    }
+}
+
+/* A thread's stack opened (its first profiled frame) or closed. */
+static void
+stack_opened(TracerObject *t, int64_t level, int read_ok)
+{
+    if (t->open_stacks == 0) {
+        suspensions_end_dead(t);
+        call_may_end(t, level, read_ok);    /* dead generators kept it open */
+    }
+    t->open_stacks++;
+    if (!t->call_open) {
+        t->call_open = 1;
         callfigures_begin_call(&t->clock, &t->codes, level);
     }
 }
@@ -142,13 +158,15 @@ static void
 stack_closed(TracerObject *t, int64_t level, int read_ok)
 {
     if (t->open_stacks > 0 && --t->open_stacks == 0) {
-        t->memory_errors += callfigures_end_call(&t->clock, &t->codes, level, read_ok);
+        suspensions_end_dead(t);
     }
+    call_may_end(t, level, read_ok);
 }
 
+/* `resumed`: the suspended call this frame continues, or NULL: a new one. */
 static Frame *
 push_frame(TracerObject *t, ThreadStack *stack, LineTable *table, int line,
-           int64_t level)
+           int64_t level, int read_ok, Suspension *resumed)
 {
     Frame *f = threadstack_push(stack, t->sampler.n_columns);
     if (f == NULL) {
@@ -156,7 +174,12 @@ push_frame(TracerObject *t, ThreadStack *stack, LineTable *table, int line,
         return NULL;
     }
     if (stack->depth == 1) {
-        stack_opened(t, level);
+        if (resumed == NULL) {
+            stack_opened(t, level, read_ok);
+        }
+        else {
+            t->open_stacks++;   /* the suspended call kept the call open */
+        }
     }
     f->table = table;
     f->line = line;
@@ -164,7 +187,12 @@ push_frame(TracerObject *t, ThreadStack *stack, LineTable *table, int line,
     f->start_level = level;
     f->curve = NULL;
     f->acall = NULL;
-    if (t->attrib.attached) {
+    f->gen = 0;
+    f->no_park = 0;
+    if (resumed != NULL) {
+        suspension_resumes(t, f, resumed);
+    }
+    else if (t->attrib.attached) {
         int64_t call = (table->calls != NULL ? table->calls->calls : 0) + 1;
         f->acall = attrib_push(&t->attrib, table, line, call);
     }
@@ -174,12 +202,16 @@ push_frame(TracerObject *t, ThreadStack *stack, LineTable *table, int line,
     return f;
 }
 
-/* The innermost frame ends: its Call (attrib.h) too. */
+/* The innermost frame ends: its Call (attrib.h) and its generator's record
+ * (suspended.h) too. */
 static void
 pop_frame(TracerObject *t, ThreadStack *stack)
 {
     Frame *f = &stack->frames[stack->depth - 1];
     curve_frame_popping(&t->curves, stack, stack->depth - 1);
+    if (f->gen != 0) {
+        suspension_frame_ends(t, stack);
+    }
     if (f->acall != NULL) {
         attrib_pop(&t->attrib, f->acall);
         f->acall = NULL;
@@ -226,7 +258,7 @@ end_event(ThreadStack *stack)
 }
 
 void
-tracer_on_start(TracerObject *t, LineTable *table, int line)
+tracer_on_resume(TracerObject *t, LineTable *table, int line, PyObject *gen, int thrown)
 {
     int64_t level;
     int read_ok;
@@ -234,7 +266,13 @@ tracer_on_start(TracerObject *t, LineTable *table, int line)
     if (stack == NULL) {
         return;
     }
-    push_frame(t, stack, table, line, level);
+    Suspension *r = suspension_of(t, gen, table);
+    Frame *f = push_frame(t, stack, table, line, level, read_ok, r);
+    if (f != NULL && r == NULL && thrown) {
+        /* Perhaps closed by its finalizer, after its weak references were
+         * cleared: one made now would outlive it.  It cannot suspend. */
+        f->no_park = 1;
+    }
     end_event(stack);
 }
 
@@ -249,9 +287,11 @@ tracer_on_line(TracerObject *t, LineTable *table, int line)
     }
     if (stack->depth == 0 || stack->frames[stack->depth - 1].table != table) {
         /* Enabled while this frame was already running: adopt it. */
-        if (push_frame(t, stack, table, -1, level) == NULL) {
+        Frame *f = push_frame(t, stack, table, -1, level, read_ok, NULL);
+        if (f == NULL) {
             goto done;
         }
+        f->no_park = 1;      /* where it runs from is not known */
     }
     int top = stack->depth - 1;
     commit_line(t, stack, top, read_ok ? level : stack->frames[top].start_level, line);
@@ -260,7 +300,7 @@ done:
 }
 
 void
-tracer_on_leave(TracerObject *t, LineTable *table)
+tracer_on_leave(TracerObject *t, LineTable *table, PyObject *yielded)
 {
     int64_t level;
     int read_ok;
@@ -277,7 +317,9 @@ tracer_on_leave(TracerObject *t, LineTable *table)
         int top = stack->depth - 1;
         int64_t end = read_ok ? level : stack->frames[top].start_level;
         commit_line(t, stack, top, end, -1);
-        pop_frame(t, stack);
+        if (yielded == NULL || top != target || suspension_park(t, stack, yielded) < 0) {
+            pop_frame(t, stack);
+        }
     }
     if (stack->depth == 0) {
         sampler_release(&t->sampler, stack->thread);
@@ -291,11 +333,12 @@ tracer_on_leave(TracerObject *t, LineTable *table)
 void
 tracer_close_all_frames(TracerObject *t)
 {
+    int64_t level = 0;
+    int read_ok = 0;      /* the last reading here, if any stack was open */
     for (int s = 0; s < t->threads.n; s++) {
         ThreadStack *stack = t->threads.records[s];
-        int64_t level = 0;
         int open = stack->depth > 0;
-        int read_ok = open && fold_interval(t, stack, &level, 0) == 0;
+        read_ok = open ? fold_interval(t, stack, &level, 0) == 0 : read_ok;
         while (stack->depth > 0) {
             int top = stack->depth - 1;
             commit_line(t, stack, top, read_ok ? level : stack->frames[top].start_level, -1);
@@ -305,6 +348,10 @@ tracer_close_all_frames(TracerObject *t)
             stack_closed(t, level, read_ok);
         }
     }
+    /* Suspended generators' calls end with the session, at the level read
+     * above, if any: no reading is taken for them alone. */
+    suspensions_end_all(t);
+    call_may_end(t, level, read_ok);
 }
 
 void
@@ -331,6 +378,7 @@ tracer_drop_calls(TracerObject *t)
             }
         }
     }
+    suspensions_drop_calls(t);
 }
 
 void

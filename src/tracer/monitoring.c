@@ -5,7 +5,7 @@
 #if MEMLAB_HAVE_MONITORING
 
 /* What an event does to the tracer. */
-typedef enum { ACT_LINE, ACT_START, ACT_RESUME, ACT_LEAVE } event_action;
+typedef enum { ACT_LINE, ACT_START, ACT_RESUME, ACT_THROW, ACT_YIELD, ACT_LEAVE } event_action;
 
 /* Registration is driven by this table, and so is teardown. */
 static const struct {
@@ -17,9 +17,9 @@ static const struct {
     {"PY_START", ACT_START, 1},
     {"PY_RESUME", ACT_RESUME, 1},
     {"PY_RETURN", ACT_LEAVE, 1},
-    {"PY_YIELD", ACT_LEAVE, 1},
+    {"PY_YIELD", ACT_YIELD, 1},
     {"PY_UNWIND", ACT_LEAVE, 0},   /* global-only in 3.12/3.13 */
-    {"PY_THROW", ACT_RESUME, 0},   /* global-only in 3.12/3.13 */
+    {"PY_THROW", ACT_THROW, 0},    /* global-only in 3.12/3.13 */
 };
 #define N_EVENTS ((int)(sizeof(monitor_events) / sizeof(monitor_events[0])))
 
@@ -51,10 +51,29 @@ typedef struct {
 
 static PyTypeObject *callback_type;   /* Owned, for good (it holds the first module). */
 
+/* The generator whose frame gives the event (a new reference), or NULL:
+ * a callback runs in the monitored frame, so it is the current one. */
+static PyObject *
+current_generator(void)
+{
+    PyFrameObject *frame = PyEval_GetFrame();    /* Borrowed */
+    PyObject *gen = frame != NULL ? memlab_frame_generator(frame) : NULL;
+    if (gen == NULL) {
+        PyErr_Clear();
+    }
+    return gen;
+}
+
+/* `*gen`: the event's generator, looked up at the first event that needs it. */
 static void
 dispatch(TracerObject *t, LineTable *table, event_action action, PyObject *code,
-         PyObject *where)
+         PyObject *where, PyObject **gen, int *gen_known)
 {
+    if ((action == ACT_RESUME || action == ACT_THROW || action == ACT_YIELD)
+            && !*gen_known) {
+        *gen = current_generator();
+        *gen_known = 1;
+    }
     switch (action) {
     case ACT_LINE: {
         int line = (int)PyLong_AsLong(where);
@@ -68,7 +87,8 @@ dispatch(TracerObject *t, LineTable *table, event_action action, PyObject *code,
     case ACT_START:
         tracer_on_start(t, table, -1);
         break;
-    case ACT_RESUME: {
+    case ACT_RESUME:
+    case ACT_THROW: {
         /* A resume continues the line that yielded: no LINE event comes. */
         int offset = (int)PyLong_AsLong(where);
         int line = offset < 0 ? -1 : PyCode_Addr2Line((PyCodeObject *)code, offset);
@@ -76,11 +96,14 @@ dispatch(TracerObject *t, LineTable *table, event_action action, PyObject *code,
             PyErr_Clear();
             line = -1;
         }
-        tracer_on_start(t, table, line);
+        tracer_on_resume(t, table, line, *gen, action == ACT_THROW);
         break;
     }
+    case ACT_YIELD:
+        tracer_on_leave(t, table, *gen);
+        break;
     case ACT_LEAVE:
-        tracer_on_leave(t, table);
+        tracer_on_leave(t, table, NULL);
         break;
     }
 }
@@ -99,18 +122,21 @@ callback_call(CallbackObject *self, PyObject *const *args, size_t nargsf, PyObje
      * as sample() may drop a tracer (this one or the next). */
     Py_INCREF(self);
     const event_action action = self->action;
+    PyObject *gen = NULL;
+    int gen_known = 0;
     TracerObject *t = memlab_enabled_tracers;
     Py_XINCREF(t);
     while (t != NULL) {
         LineTable *table = codemap_get(&t->codes, args[0]);
         if (table != NULL) {
-            dispatch(t, table, action, args[0], args[1]);
+            dispatch(t, table, action, args[0], args[1], &gen, &gen_known);
         }
         TracerObject *next = t->next_enabled;
         Py_XINCREF(next);
         Py_DECREF(t);
         t = next;
     }
+    Py_XDECREF(gen);
     Py_DECREF(self);
     Py_RETURN_NONE;
 }

@@ -106,45 +106,78 @@ restore_foreign(PyObject *obj)
 
 #if PY_VERSION_HEX >= 0x030B0000
 static int resume_opcode = -1;        /* opcode.opmap["RESUME"] */
+static int yield_opcode = -1;         /* opcode.opmap["YIELD_VALUE"] */
 #endif
 
-/* Is this 'call' event a generator or coroutine resuming after a yield or
- * await (not starting, and not a throw() or close())?  3.11+: the event comes
- * at a RESUME instruction whose argument is 0 at the start and non-zero
- * after a yield; a throw comes at the yield itself.  Before 3.11: a frame
- * that has not run yet has f_lasti == -1. */
-static int
-frame_resumed(PyFrameObject *frame, PyCodeObject *code)
+/* Where a generator or coroutine frame stands at a 'call' or 'return' event:
+ * starting, resuming after a yield or await, thrown into (throw(), close()),
+ * suspending at a yield; GEN_NONE: not a generator, or a return or unwind. */
+typedef enum { GEN_NONE, GEN_START, GEN_RESUME, GEN_THROW, GEN_YIELD } gen_point;
+
+/* 3.11+: a 'call' comes at a RESUME instruction whose argument is 0 at the
+ * start and non-zero after a yield.  The 'return' of a yield, with the value
+ * yielded as `arg`, comes at the yield (3.11, 3.12) or at the RESUME after it
+ * (3.13+); so does a throw's 'call' (an exception thrown in and not caught
+ * unwinds from there too, with no `arg`).  Before 3.11: a frame that has not
+ * run yet has f_lasti == -1, and a yield leaves the frame suspended. */
+static gen_point
+generator_point(PyFrameObject *frame, PyCodeObject *code, int what, PyObject *arg)
 {
     if (!(code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
                             | CO_ITERABLE_COROUTINE))) {
-        return 0;
+        return GEN_NONE;
     }
     int lasti = memlab_frame_lasti(frame);
 #if PY_VERSION_HEX >= 0x030B0000
     if (lasti < 0 || resume_opcode < 0) {
-        return 0;
+        return what == PyTrace_CALL ? GEN_START : GEN_NONE;
     }
     PyObject *bytes = PyCode_GetCode(code);
     if (bytes == NULL) {
         PyErr_Clear();
-        return 0;
+        return GEN_NONE;
     }
     const unsigned char *op = (const unsigned char *)PyBytes_AS_STRING(bytes);
-    int resumed = lasti + 1 < PyBytes_GET_SIZE(bytes) && op[lasti] == resume_opcode
-                  && op[lasti + 1] != 0;
+    int at_yield = 0, at_resume = 0, at_start = 0;
+    if (lasti + 1 < PyBytes_GET_SIZE(bytes)) {
+        at_yield = op[lasti] == yield_opcode;
+        at_resume = op[lasti] == resume_opcode && op[lasti + 1] != 0;
+        at_start = op[lasti] == resume_opcode && op[lasti + 1] == 0;
+    }
     Py_DECREF(bytes);
-    return resumed;
+    if (what == PyTrace_CALL) {
+        return at_start ? GEN_START : at_resume ? GEN_RESUME : at_yield ? GEN_THROW : GEN_NONE;
+    }
+    return (at_yield || at_resume) && arg != NULL ? GEN_YIELD : GEN_NONE;
 #else
-    return lasti >= 0;
+    if (what == PyTrace_CALL) {
+        return lasti < 0 ? GEN_START : GEN_RESUME;
+    }
+#  if PY_VERSION_HEX >= 0x030A0000
+    return frame->f_state == FRAME_SUSPENDED ? GEN_YIELD : GEN_NONE;
+#  else
+    return frame->f_stacktop != NULL ? GEN_YIELD : GEN_NONE;
+#  endif
 #endif
 }
 
+/* Only 3.11 and 3.12 tell a throw (at the yield) from a resume. */
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
+#  define RESUME_MAY_BE_THROWN 0
+#else
+#  define RESUME_MAY_BE_THROWN 1
+#endif
+
 static void
-dispatch(PyFrameObject *frame, PyObject *code, int what)
+dispatch(PyFrameObject *frame, PyObject *code, int what, PyObject *arg)
 {
-    int resumed = what == PyTrace_CALL
-                  && frame_resumed(frame, (PyCodeObject *)code);
+    gen_point point = what == PyTrace_LINE
+                      ? GEN_NONE : generator_point(frame, (PyCodeObject *)code, what, arg);
+    PyObject *gen = point == GEN_RESUME || point == GEN_THROW || point == GEN_YIELD
+                    ? memlab_frame_generator(frame) : NULL;
+    if (gen == NULL && PyErr_Occurred()) {
+        PyErr_Clear();
+    }
     /* Strong references while a Python source's sample() may run code that
      * drops a tracer (this one or the next). */
     TracerObject *t = memlab_enabled_tracers, *next;
@@ -159,21 +192,31 @@ dispatch(PyFrameObject *frame, PyObject *code, int what)
             /* A resumed generator continues the line that yielded (counted
              * before), and no line event comes until it moves on: what runs
              * meanwhile (the awaited callee) is charged to that line. */
-            tracer_on_start(t, table, resumed ? PyFrame_GetLineNumber(frame) : -1);
+            if (point == GEN_RESUME) {
+                tracer_on_resume(t, table, PyFrame_GetLineNumber(frame), gen,
+                                 RESUME_MAY_BE_THROWN);
+            }
+            else if (point == GEN_THROW) {
+                tracer_on_resume(t, table, -1, gen, 1);
+            }
+            else {
+                tracer_on_start(t, table, -1);
+            }
             break;
         case PyTrace_LINE:
             tracer_on_line(t, table, PyFrame_GetLineNumber(frame));
             break;
         case PyTrace_RETURN:
-            tracer_on_leave(t, table);
+            tracer_on_leave(t, table, point == GEN_YIELD ? gen : NULL);
             break;
         }
     }
+    Py_XDECREF(gen);
 }
 
 /* Our part of an event: 1 when the frame runs registered code. */
 static int
-trace_ours(PyFrameObject *frame, int what, int alone)
+trace_ours(PyFrameObject *frame, int what, PyObject *arg, int alone)
 {
     if (what != PyTrace_CALL && what != PyTrace_LINE && what != PyTrace_RETURN) {
         return 0;
@@ -181,7 +224,7 @@ trace_ours(PyFrameObject *frame, int what, int alone)
     PyObject *code = (PyObject *)PyFrame_GetCode(frame);
     int wanted = memlab_code_wanted(code);
     if (wanted) {
-        dispatch(frame, code, what);
+        dispatch(frame, code, what, arg);
     }
     else if (what == PyTrace_CALL && alone) {
         /* No line events for frames nobody profiles (unless the other
@@ -227,7 +270,7 @@ trace_function(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
             set_trace(NULL, NULL);      /* nobody profiles any more */
         }
         else {
-            trace_ours(frame, what, 1);
+            trace_ours(frame, what, arg, 1);
         }
         return 0;
     }
@@ -240,7 +283,7 @@ trace_function(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
         restore_foreign(obj);           /* nobody profiles any more */
     }
     else {
-        wanted = trace_ours(frame, what, 0);
+        wanted = trace_ours(frame, what, arg, 0);
     }
     int rc = 0;
     PyThreadState *ts = PyThreadState_Get();
@@ -499,7 +542,10 @@ chained_call(PyObject *const *args, Py_ssize_t nargs)
                : strcmp(event, "line") == 0 ? PyTrace_LINE
                : strcmp(event, "return") == 0 ? PyTrace_RETURN : -1;
     if (what >= 0) {
-        trace_ours((PyFrameObject *)args[0], what, 0);
+        /* A Python trace function sees None for an unwinding return: on
+         * 3.11+ a generator yielding None then ends its call there. */
+        PyObject *arg = nargs > 2 && args[2] != Py_None ? args[2] : NULL;
+        trace_ours((PyFrameObject *)args[0], what, arg, 0);
     }
     /* For a 'call', the frame's local trace function: keep calling us. */
     return Py_NewRef(hook_token);
@@ -551,7 +597,9 @@ settrace_init(PyObject *module)
     PyObject *opcode = PyImport_ImportModule("opcode");
     PyObject *opmap = opcode ? PyObject_GetAttrString(opcode, "opmap") : NULL;
     PyObject *resume = opmap ? PyDict_GetItemString(opmap, "RESUME") : NULL;  /* Borrowed */
+    PyObject *yield = opmap ? PyDict_GetItemString(opmap, "YIELD_VALUE") : NULL;  /* Borrowed */
     resume_opcode = resume ? (int)PyLong_AsLong(resume) : -1;
+    yield_opcode = yield ? (int)PyLong_AsLong(yield) : -1;
     Py_XDECREF(opmap);
     Py_XDECREF(opcode);
     if (PyErr_Occurred()) {

@@ -17,6 +17,8 @@ typedef struct {
     int64_t start_level;   /* growth field's value when the line began */
     struct Curve *curve;   /* Borrowed: its function's curve (curve.h); NULL: none */
     struct AttribCall *acall;  /* Borrowed: its Call (attrib.h); NULL: none */
+    uintptr_t gen;         /* its generator's record (suspended.h); 0: none */
+    int no_park;           /* it may not suspend with its call open */
 } Frame;
 
 /* The profiled frames of one thread, innermost last.  pending holds, per

@@ -8,6 +8,7 @@
 #include "codemap.h"
 #include "curve.h"
 #include "sampler.h"
+#include "suspended.h"
 #include "threadstack.h"
 
 /* Where enable() and disable() stand.  Both run Python code (the source's
@@ -36,17 +37,31 @@ typedef struct TracerObject {
     int attrib_moved;              /* set_device() while enabled: peaks mix devices */
     int follow_blocks;             /* attach attrib when the source offers it */
     int tool_id;                   /* sys.monitoring tool id, -1 when none */
-    int open_stacks;               /* threads with a profiled frame open: 0
-                                      between calls (callfigures.h) */
+    int open_stacks;               /* threads with a profiled frame open */
+    int call_open;                 /* a call (callfigures.h) began and did not end:
+                                      a stack is open or a generator suspended */
+    Suspensions suspensions;       /* calls of suspended generators (suspended.h) */
     CallClock clock;               /* when the current call began */
     struct TracerObject *next_enabled;  /* Borrowed. the enabled-tracers list */
     PyObject *weakreflist;
 } TracerObject;
 
-/* Events, mechanism-independent.  Hot path: never raise. */
-void tracer_on_start(TracerObject *t, LineTable *table, int line);
+/* Events, mechanism-independent.  Hot path: never raise.
+ *
+ * A frame starts; or a generator or coroutine frame resumes after a yield or
+ * await (`thrown`: or it may be an exception thrown in at the yield, close()
+ * too), and `gen` is the generator (NULL: not known), whose call goes on
+ * across its suspensions (suspended.h).  A thrown-in frame's `line` may be
+ * -1.  A frame returns or unwinds; or it suspends at a yield or await of
+ * generator `yielded` (NULL: not a yield, or not known). */
+void tracer_on_resume(TracerObject *t, LineTable *table, int line, PyObject *gen, int thrown);
+static inline void
+tracer_on_start(TracerObject *t, LineTable *table, int line)
+{
+    tracer_on_resume(t, table, line, NULL, 0);
+}
 void tracer_on_line(TracerObject *t, LineTable *table, int line);
-void tracer_on_leave(TracerObject *t, LineTable *table);
+void tracer_on_leave(TracerObject *t, LineTable *table, PyObject *yielded);
 
 /* Fold the open interval into the calling thread's frames (control path). */
 void tracer_fold_now(TracerObject *t);

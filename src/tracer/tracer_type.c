@@ -586,6 +586,7 @@ Tracer_dealloc(TracerObject *self)
     }
     codemap_dealloc(&self->codes);
     threadstacks_dealloc(&self->threads);
+    suspensions_dealloc(&self->suspensions);
     curveset_dealloc(&self->curves);
     sampler_dealloc(&self->sampler);
     free(self->interval);
