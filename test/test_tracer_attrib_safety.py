@@ -6,27 +6,13 @@ import threading
 import time
 
 import pytest
-
 from helpers import MiB
+
+from test_tracer_deferred import fresh_readings, tracer_for  # noqa: F401 (a fixture)
 
 from pytorch_memlab import _testsource, _tracer
 
 block = _testsource.deferred_block
-
-
-@pytest.fixture(autouse=True)
-def fresh_readings():
-    _testsource.manual_reset()
-    yield
-    _testsource.manual_reset()
-
-
-def tracer_for(*funcs):
-    t = _tracer.Tracer(_testsource.deferred_source, 0, ["bytes.peak"],
-                       growth_field="bytes.current")
-    for f in funcs:
-        t.add_code(f.__code__)
-    return t
 
 
 def churning_inner(stop):

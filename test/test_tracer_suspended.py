@@ -9,16 +9,13 @@ import asyncio
 import pytest
 from helpers import MiB, line_of
 
+from test_tracer_deferred import fresh_readings  # noqa: F401 (a fixture)
+
 from pytorch_memlab import _testsource, _tracer
 
 block = _testsource.deferred_block
 
 
-@pytest.fixture(autouse=True)
-def fresh_readings():
-    _testsource.manual_reset()
-    yield
-    _testsource.manual_reset()
 
 
 @pytest.fixture
