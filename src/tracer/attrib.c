@@ -10,7 +10,6 @@
  * block holds on to costs a few words, not a word per line of its function. */
 typedef struct AttribOpen {
     uint64_t thread;
-    int64_t call;
     int64_t before;        /* alive before it began, still alive */
     int64_t other;         /* made by other threads since, still alive */
     uint64_t mark;         /* the event that last walked through it */
@@ -28,6 +27,7 @@ struct AttribCall {
     AttribCall *parent;    /* Owned reference. the enclosing Call on its thread */
     LineTable *table;      /* Borrowed: tables outlive their Calls (detach first) */
     uint64_t start_seq;    /* blocks numbered below this were alive before */
+    int64_t call;          /* which call of its table (callfigures' numbering) */
     int parent_line;       /* the parent's line when this began (fixed meanwhile) */
     AttribOpen *open;      /* Owned. NULL once the Call has ended */
 };
@@ -78,6 +78,14 @@ slot_of(const AttribOpen *op, int line)
 {
     int s = line - op->first_line;
     return s >= 0 && s < op->n_slots ? s : 0;
+}
+
+/* The same, for a peak's slots (its held[] and kept[]). */
+static inline int
+peak_slot(const AttribPeak *p, int line)
+{
+    int s = line - p->first_line;
+    return s >= 0 && s < p->n_slots ? s : 0;
 }
 
 /* The same, for the table's slots now. */
@@ -229,7 +237,7 @@ snapshot_if_higher(Attrib *a, AttribCall *c)
     const AttribOpen *op = c->open;
     p->bytes = a->level;
     p->line = __atomic_load_n(&c->line, __ATOMIC_RELAXED);
-    p->call = op->call;
+    p->call = c->call;
     p->before = op->before;
     p->other = op->other;
     p->pending = c;
@@ -267,8 +275,9 @@ flush_peaks(Attrib *a)
 static AttribPeak *
 peak_new(const LineTable *table)
 {
-    AttribPeak *p = calloc(1, sizeof(AttribPeak) + sizeof(int64_t) * (size_t)table->n_slots);
+    AttribPeak *p = calloc(1, sizeof(AttribPeak) + 3 * sizeof(int64_t) * (size_t)table->n_slots);
     if (p != NULL) {
+        p->kept = p->held + table->n_slots;
         p->bytes = -1;
         p->first_line = table->first_line;
         p->n_slots = table->n_slots;
@@ -314,6 +323,11 @@ on_free(Attrib *a, uintptr_t ptr, int64_t size)
             c->open->live[slot_of(c->open, line)] -= size;
             c->open->mark = mark;
         }
+        AttribPeak *p = c->table->peak;
+        int k = (int)(c->call & 1);
+        if (p->kept_call[k] == c->call && p->kept_attach[k] == a->attaches) {
+            p->kept[k * p->n_slots + peak_slot(p, line)] -= size;
+        }
     }
     for (AttribCall *o = a->open; o != NULL; o = o->open->next_open) {
         if (o->open->mark == mark) {
@@ -332,6 +346,25 @@ on_free(Attrib *a, uintptr_t ptr, int64_t size)
     return 1;
 }
 
+/* A block of Call c's line made `size` more bytes alive: its table's count
+ * of what its current call made and still holds (a later call starts it
+ * anew; a block of an earlier call no longer counts there). */
+static void
+keep_made(Attrib *a, const AttribCall *c, int line, int64_t size)
+{
+    AttribPeak *p = c->table->peak;
+    int k = (int)(c->call & 1);
+    int64_t *kept = p->kept + k * p->n_slots;
+    if (c->call > p->kept_call[k] || p->kept_attach[k] != a->attaches) {
+        memset(kept, 0, sizeof(int64_t) * (size_t)p->n_slots);
+        p->kept_call[k] = c->call;
+        p->kept_attach[k] = a->attaches;
+    }
+    if (c->call == p->kept_call[k]) {
+        kept[peak_slot(p, line)] += size;
+    }
+}
+
 /* `size` more bytes of block b (seq: when it was made) are alive: charged
  * to its line and the calling lines above it, to the other open Calls as
  * alive before them or made by another thread; then the peaks. */
@@ -346,6 +379,7 @@ charge(Attrib *a, const AttribBlock *b, uint64_t seq, int64_t size)
             c->open->live[slot_of(c->open, l)] += size;
             c->open->mark = mark;
         }
+        keep_made(a, c, l, size);
     }
     for (AttribCall *o = a->open; o != NULL; o = o->open->next_open) {
         if (o->open->mark == mark) {
@@ -667,7 +701,7 @@ attrib_push(Attrib *a, LineTable *table, int line, int64_t call)
     /* A number of its own: it also tells this Call from any other (the
      * blocks made during it are numbered above it). */
     c->start_seq = ++a->seq;
-    op->call = call;
+    c->call = call;
     table->peak->latest_start = c->start_seq;
     table->peak->latest_end = 0;
     table->peak->latest_call = call;
@@ -737,6 +771,7 @@ attrib_peak_copy(LineTable *table)
         copy = malloc(n);
         if (copy != NULL) {
             memcpy(copy, p, n);
+            copy->kept = NULL;
         }
     }
     unlock();
@@ -771,12 +806,17 @@ attrib_made_at(const char *source, int device, uintptr_t ptr, int *line)
 }
 
 void
-attrib_peak_clear(LineTable *table)
+attrib_peak_clear(LineTable *table, int forget_calls)
 {
     lock();
     if (table->peak != NULL) {
         table->peak->bytes = -1;
         table->peak->pending = NULL;
+        if (forget_calls) {     /* calls are numbered from 1 again */
+            AttribPeak *p = table->peak;
+            p->kept_call[0] = p->kept_call[1] = 0;
+            memset(p->kept, 0, 2 * sizeof(int64_t) * (size_t)p->n_slots);
+        }
         memset(table->peak->held, 0, sizeof(int64_t) * (size_t)table->peak->n_slots);
     }
     unlock();
@@ -913,4 +953,42 @@ attrib_resume(Attrib *a, AttribCall *c)
     snapshot_if_higher(a, c);
 done:
     unlock();
+}
+
+int
+attrib_kept(const Attrib *a, const LineTable *table, int64_t call, int first_line,
+            int n_slots, int64_t *out)
+{
+    int exact = 0;
+    lock();
+    const AttribPeak *p = table->peak;
+    int k = (int)(call & 1);
+    if (!a->attached || a->failed || p == NULL || p->latest_attach != a->attaches
+        || p->kept_call[k] > call
+        || (p->kept_call[k] == call && p->kept_attach[k] != a->attaches)) {
+        goto done;
+    }
+    /* Its latest Call ran in this attach: a call that made nothing still
+     * alive left its slot on an earlier call, or never set it. */
+    memset(out, 0, sizeof(int64_t) * (size_t)n_slots);
+    if (p->kept_call[k] == call && n_slots > 0) {
+        const int64_t *kept = p->kept + k * p->n_slots;
+        for (int i = 0; i < p->n_slots; i++) {
+            int s = p->first_line + i - first_line;
+            out[s >= 0 && s < n_slots ? s : 0] += kept[i];
+        }
+    }
+    exact = 1;
+done:
+    unlock();
+    return exact;
+}
+
+int64_t
+attrib_level(const Attrib *a)
+{
+    lock();
+    int64_t level = a->level;
+    unlock();
+    return level;
 }

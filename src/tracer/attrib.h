@@ -48,6 +48,13 @@ typedef struct AttribPeak {
     uint64_t latest_attach;/* the attach it ran in (Attrib.attaches) */
     struct AttribCall *pending; /* Borrowed (open): held[] is still its
                               per-line bytes, not copied yet; or NULL */
+    /* The last two calls of the function (callfigures' numbers), by their
+     * parity: what each line made in that call (callees included) and still
+     * holds.  kept: 2 x n_slots after held[], in the same allocation; NULL
+     * in a copy. */
+    int64_t kept_call[2];
+    uint64_t kept_attach[2];   /* the attach each was counted in */
+    int64_t *kept;
     int first_line;
     int n_slots;
     int64_t held[];        /* n_slots: made on each line, still alive */
@@ -122,11 +129,22 @@ void attrib_pop(Attrib *a, AttribCall *c);
 void attrib_suspend(Attrib *a, AttribCall *c, AttribCall *below);
 void attrib_resume(Attrib *a, AttribCall *c);
 
+/* What each line of `table` made in its call `call` (callfigures' number)
+ * and is still alive, laid over n_slots lines from first_line into out:
+ * 1, or 0 when that is not known exactly (not attached for the whole call,
+ * memory ran out, no Call of the table in it).  GIL held. */
+int attrib_kept(const Attrib *a, const LineTable *table, int64_t call, int first_line,
+                int n_slots, int64_t *out);
+
+/* The level as the followed blocks make it (GIL held). */
+int64_t attrib_level(const Attrib *a);
+
 /* The table's peak (GIL held): a copy under the lock, or NULL when none.
  * The caller frees it with free(). */
 AttribPeak *attrib_peak_copy(LineTable *table);
-/* Forget the table's peak (clear()). */
-void attrib_peak_clear(LineTable *table);
+/* Forget the table's peak (clear()); with forget_calls, what its calls
+ * made too (their numbering starts over). */
+void attrib_peak_clear(LineTable *table, int forget_calls);
 
 /* What is alive now around the table's latest Call (GIL held): 0 with *out
  * set (NULL when there is none: not attached, or no Call yet; else the

@@ -12,7 +12,8 @@ release_growth(CallFigures *f)
     free(f->growth_before);
     free(f->least_growth);
     free(f->last_growth);
-    f->growth_before = f->least_growth = f->last_growth = NULL;
+    free(f->deferred_growth);
+    f->growth_before = f->least_growth = f->last_growth = f->deferred_growth = NULL;
     f->n_slots = 0;
 }
 
@@ -74,10 +75,12 @@ cover_table(CallFigures *f, const LineTable *t)
     int64_t *before = calloc(n, sizeof(int64_t));
     int64_t *least = calloc(n, sizeof(int64_t));
     int64_t *last = calloc(n, sizeof(int64_t));
-    if (before == NULL || least == NULL || last == NULL) {
+    int64_t *deferred = calloc(n, sizeof(int64_t));
+    if (before == NULL || least == NULL || last == NULL || deferred == NULL) {
         free(before);
         free(least);
         free(last);
+        free(deferred);
         return -1;
     }
     if (f->growth_before != NULL) {
@@ -86,11 +89,13 @@ cover_table(CallFigures *f, const LineTable *t)
         memcpy(before + shift, f->growth_before, old * sizeof(int64_t));
         memcpy(least + shift, f->least_growth, old * sizeof(int64_t));
         memcpy(last + shift, f->last_growth, old * sizeof(int64_t));
+        memcpy(deferred + shift, f->deferred_growth, old * sizeof(int64_t));
     }
     release_growth(f);
     f->growth_before = before;
     f->least_growth = least;
     f->last_growth = last;
+    f->deferred_growth = deferred;
     f->first_line = t->first_line;
     f->n_slots = t->n_slots;
     return 0;
@@ -131,12 +136,23 @@ table_end_call(LineTable *t)
         int64_t grown = memlab_sub_sat(t->growth[s], f->growth_before[s]);
         f->growth_before[s] = t->growth[s];
         f->last_growth[s] = grown;
-        if (f->calls == 2 || grown < f->least_growth[s]) {
-            f->least_growth[s] = grown;
+    }
+    /* Folded into least_growth once known: when the next call begins. */
+    f->correct_last = 1;
+    f->last_exact = 0;
+    return 0;
+}
+
+/* One later call's growth per line, `growth`, into the least of them. */
+static void
+fold_growth(CallFigures *f, const int64_t *growth)
+{
+    for (int s = 0; s < f->n_slots; s++) {
+        if (f->folded == 0 || growth[s] < f->least_growth[s]) {
+            f->least_growth[s] = growth[s];
         }
     }
-    f->correct_last = 1;
-    return 0;
+    f->folded++;
 }
 
 /* A growth of one line in the call being corrected. */
@@ -218,7 +234,28 @@ charge_frees(CallFigures *f, int64_t released)
 }
 
 void
-callfigures_begin_call(CallClock *clock, CodeMap *codes, int64_t level)
+callfigures_settle_last(CallClock *clock, CodeMap *codes, const Attrib *a)
+{
+    clock->settle_level = attrib_level(a);
+    for (int i = 0; i < codes->n_tables; i++) {
+        LineTable *t = codes->tables[i];
+        CallFigures *f = t->calls;
+        if (f == NULL) {
+            continue;
+        }
+        if (f->deferred_call != 0) {
+            (void)attrib_kept(a, t, f->deferred_call, f->first_line, f->n_slots,
+                              f->deferred_growth);
+        }
+        if (f->correct_last && !f->last_exact
+            && attrib_kept(a, t, f->calls, f->first_line, f->n_slots, f->last_growth)) {
+            f->last_exact = 1;
+        }
+    }
+}
+
+void
+callfigures_begin_call(CallClock *clock, CodeMap *codes, int64_t level, const Attrib *a)
 {
     if (clock->started) {
         int64_t kept = memlab_sub_sat(level, clock->start_level);
@@ -227,19 +264,46 @@ callfigures_begin_call(CallClock *clock, CodeMap *codes, int64_t level)
             kept = 0;
         }
         for (int i = 0; i < codes->n_tables; i++) {
-            CallFigures *f = codes->tables[i]->calls;
-            if (f == NULL || !f->correct_last) {
+            LineTable *t = codes->tables[i];
+            CallFigures *f = t->calls;
+            if (f == NULL) {
+                continue;
+            }
+            if (f->deferred_call != 0) {
+                /* Its exact figure now, or as it was last seen. */
+                if (a != NULL) {
+                    (void)attrib_kept(a, t, f->deferred_call, f->first_line, f->n_slots,
+                                      f->deferred_growth);
+                }
+                fold_growth(f, f->deferred_growth);
+                f->deferred_call = 0;
+            }
+            if (!f->correct_last) {
                 continue;
             }
             f->correct_last = 0;
+            if (f->last_exact) {
+                /* Exact until blocks stopped being followed (a profiler on
+                 * only during its decorated calls): what was freed since,
+                 * between the calls, is charged as without them. */
+                int64_t since = memlab_sub_sat(clock->settle_level, level);
+                (void)charge_frees(f, since > 0 ? since : 0);
+                fold_growth(f, f->last_growth);
+                continue;
+            }
+            if (a != NULL && attrib_kept(a, t, f->calls, f->first_line, f->n_slots,
+                                         f->deferred_growth)) {
+                f->deferred_call = f->calls;
+                continue;
+            }
             /* Out of memory: the call's kept bytes alone bound each line. */
             (void)charge_frees(f, released);
             for (int s = 0; s < f->n_slots; s++) {
-                int64_t g = f->last_growth[s] < kept ? f->last_growth[s] : kept;
-                if (g < f->least_growth[s]) {
-                    f->least_growth[s] = g;
+                if (f->last_growth[s] > kept) {
+                    f->last_growth[s] = kept;
                 }
             }
+            fold_growth(f, f->last_growth);
         }
     }
     clock->started = 1;
@@ -368,26 +432,69 @@ figures_or_none(const LineTable *t, int line)
     return linetable_figures(t->hits[s], t->growth[s], row_of(t, s), t->n_columns);
 }
 
+/* The least growth per line with the calls not folded yet (the deferred
+ * one, the last one) taken as they stand now: exact while blocks are
+ * followed.  A new array, or NULL with an exception set. */
+static int64_t *
+pending_least(const CallFigures *f, const LineTable *t, const Attrib *a)
+{
+    size_t n = (size_t)f->n_slots;
+    int64_t *least = malloc(n * sizeof(int64_t)), *now = malloc(n * sizeof(int64_t));
+    if (least == NULL || now == NULL) {
+        free(least);
+        free(now);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    int any = f->folded > 0;
+    if (any) {
+        memcpy(least, f->least_growth, n * sizeof(int64_t));
+    }
+    for (int which = 0; which < 2; which++) {
+        int64_t call = which == 0 ? f->deferred_call : (f->correct_last ? f->calls : 0);
+        if (call == 0) {
+            continue;
+        }
+        const int64_t *seen = which == 0 ? f->deferred_growth : f->last_growth;
+        if ((which == 1 && f->last_exact) || a == NULL
+            || !attrib_kept(a, t, call, f->first_line, f->n_slots, now)) {
+            memcpy(now, seen, n * sizeof(int64_t));
+        }
+        for (size_t s = 0; s < n; s++) {
+            if (!any || now[s] < least[s]) {
+                least[s] = now[s];
+            }
+        }
+        any = 1;
+    }
+    free(now);
+    return least;
+}
+
+/* A line's least growth in one later call (`least`: pending_least's, or
+ * NULL for the folded figures alone). */
 static PyObject *
-least_growth(const CallFigures *f, int line)
+least_growth(const CallFigures *f, const int64_t *least, int line)
 {
     if (f->calls < 3) {
         Py_RETURN_NONE;
     }
-    int64_t least = 0;      /* a line outside the arrays never ran after the first call */
+    int64_t value = 0;      /* a line outside the arrays never ran after the first call */
     if (f->growth_before != NULL && line >= f->first_line
         && line < f->first_line + f->n_slots) {
-        least = f->least_growth[line - f->first_line];
+        int s = line - f->first_line;
+        value = least != NULL ? least[s] : f->least_growth[s];
     }
-    return PyLong_FromLongLong(least);
+    return PyLong_FromLongLong(value);
 }
 
 PyObject *
-callfigures_to_tuple(const LineTable *t)
+callfigures_to_tuple(const LineTable *t, const Attrib *a)
 {
     const CallFigures *f = t->calls;
     const LineTable *first = f != NULL ? f->first : NULL;
-    PyObject *lines = NULL, *key = NULL, *row = NULL;
+    PyObject *lines = NULL, *key = NULL, *row = NULL, *result = NULL;
+    int64_t *last = NULL;      /* Owned. the last call's growth, not folded yet */
     int lo, hi;
     lines = PyDict_New();
     if (lines == NULL) {
@@ -395,6 +502,12 @@ callfigures_to_tuple(const LineTable *t)
     }
     if (f == NULL || f->calls == 0) {    /* no call ended yet */
         return Py_BuildValue("(LON)", (long long)0, Py_False, lines);
+    }
+    if ((f->correct_last || f->deferred_call != 0) && f->n_slots > 0) {
+        last = pending_least(f, t, a);
+        if (last == NULL) {
+            goto error;
+        }
     }
     span(t, first, &lo, &hi);
     for (int line = lo; line <= hi; line++) {
@@ -408,7 +521,7 @@ callfigures_to_tuple(const LineTable *t)
         }
         PyTuple_SET_ITEM(row, 0, figures_or_none(first, line));
         PyTuple_SET_ITEM(row, 1, figures_or_none(t, line));
-        PyTuple_SET_ITEM(row, 2, least_growth(f, line));
+        PyTuple_SET_ITEM(row, 2, least_growth(f, last, line));
         if (PyTuple_GET_ITEM(row, 0) == NULL || PyTuple_GET_ITEM(row, 1) == NULL
             || PyTuple_GET_ITEM(row, 2) == NULL) {
             goto error;
@@ -420,9 +533,12 @@ callfigures_to_tuple(const LineTable *t)
         Py_CLEAR(key);
         Py_CLEAR(row);
     }
-    return Py_BuildValue("(LON)", (long long)f->calls, first != NULL ? Py_True : Py_False,
-                         lines);
+    result = Py_BuildValue("(LON)", (long long)f->calls, first != NULL ? Py_True : Py_False,
+                           lines);
+    free(last);
+    return result;
 error:
+    free(last);
     Py_XDECREF(key);
     Py_XDECREF(row);
     Py_XDECREF(lines);

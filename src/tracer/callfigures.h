@@ -1,5 +1,17 @@
 /* Figures per outermost call, beside the figures over all calls.
  *
+ * While blocks are followed (attrib.h), a line's growth in a call is exact:
+ * the bytes that line made in the call (its callees' included) and that are
+ * still alive when the call after the next begins, or, for the last two
+ * calls, when the figures are read.  Not the next call: a result that the
+ * caller holds until the next call returns, or state that the next call
+ * replaces, is made anew in every call without growing.  A profiler that
+ * follows blocks only during its calls (a decorated function's, enabled per
+ * call) knows what each line still held when the call ended; what was freed
+ * between the calls is charged to them as below.  The rest of this comment is
+ * the rule without blocks followed (follow_blocks=False, a source that does
+ * not push, a tracer moved between devices).
+ *
  * A *call* runs from the moment a thread enters a profiled function while no
  * profiled frame is open on any thread, to the moment no profiled frame is
  * open anywhere and no profiled generator or coroutine is suspended
@@ -34,6 +46,7 @@
 #ifndef MEMLAB_CALLFIGURES_H
 #define MEMLAB_CALLFIGURES_H
 
+#include "attrib.h"
 #include "codemap.h"
 
 /* The per-call figures of one LineTable (its `calls`). */
@@ -47,6 +60,14 @@ typedef struct CallFigures {
     int64_t *least_growth;    /* Owned. least growth in one call, calls 2..calls */
     int64_t *last_growth;     /* Owned. each line's growth in the last call */
     int correct_last;         /* the last call was a later call, to correct */
+    int last_exact;           /* last_growth is what the last call's lines made
+                                 and still held when blocks stopped being
+                                 followed (callfigures_settle_last) */
+    int64_t folded;           /* later calls folded into least_growth */
+    int64_t deferred_call;    /* a later call whose exact growth waits for the
+                                 start of the call after the next, or 0 */
+    int64_t *deferred_growth; /* Owned. its lines' bytes still alive when last
+                                 looked (the next call's start, a disable) */
 } CallFigures;
 
 /* The tracer's side: the level when the current call began. */
@@ -55,6 +76,8 @@ typedef struct {
     int64_t end_level;        /* level at the end of the last call */
     int started;              /* a call began since the tracer was made or cleared */
     int ended;                /* end_level was read (a failed reading leaves it unknown) */
+    int64_t settle_level;     /* the followed level when blocks stopped being
+                                 followed (callfigures_settle_last) */
 } CallClock;
 
 void callfigures_free(CallFigures *figures);
@@ -68,9 +91,17 @@ void callfigures_clear_clock(CallClock *clock);
  * of calls and each line's least growth stay. */
 void callfigures_rotate(LineTable *table);
 
-/* A call begins at `level`: the previous call's growth is reduced by the
- * frees since it began (see above).  Never raises. */
-void callfigures_begin_call(CallClock *clock, CodeMap *codes, int64_t level);
+/* A call begins at `level`: the previous call's growth of each line is what
+ * its line made in that call and still holds now, when `a` (NULL: none)
+ * followed every block of it; else it is reduced by the frees since it
+ * began (see above).  Never raises. */
+void callfigures_begin_call(CallClock *clock, CodeMap *codes, int64_t level,
+                            const Attrib *a);
+
+/* Blocks stop being followed (disable, a move): the last call's growth of
+ * each line becomes what its line made and still holds now, where `a` knows
+ * it exactly.  Never raises. */
+void callfigures_settle_last(CallClock *clock, CodeMap *codes, const Attrib *a);
 
 /* The end of a call at `level` (read_ok: 0 when it could not be read):
  * every table of `codes` that took part steps.  Returns the number of tables
@@ -88,6 +119,6 @@ PyObject *callfigures_all_to_dict(const LineTable *table, const memlab_fold *fol
  * not run in those calls (first: always None when not first_kept, after a
  * rotation), and least_growth is None before the third call.  NULL with an
  * exception set. */
-PyObject *callfigures_to_tuple(const LineTable *table);
+PyObject *callfigures_to_tuple(const LineTable *table, const Attrib *a);
 
 #endif /* MEMLAB_CALLFIGURES_H */

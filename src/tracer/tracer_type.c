@@ -232,6 +232,9 @@ tracer_disable(TracerObject *self)
     self->enabled = 0;
     enabled_list_remove(self);
     tracer_close_all_frames(self);
+    if (self->attrib.attached && !self->attrib_moved) {
+        callfigures_settle_last(&self->clock, &self->codes, &self->attrib);
+    }
     attrib_detach(&self->attrib);
     sampler_stop(&self->sampler);
     int rc = hook_disable(self);
@@ -285,6 +288,9 @@ Tracer_set_device(TracerObject *self, PyObject *arg)
     /* Blocks are followed per device: start over on the new one.  A peak
      * already taken may be of the old device: stats() says so. */
     if (self->attrib.attached && old != device) {
+        if (!self->attrib_moved) {
+            callfigures_settle_last(&self->clock, &self->codes, &self->attrib);
+        }
         tracer_drop_calls(self);
         attrib_detach(&self->attrib);
         self->attrib_moved = 1;
@@ -305,7 +311,7 @@ Tracer_clear(TracerObject *self, PyObject *args, PyObject *kwds)
     }
     for (int i = 0; i < self->codes.n_tables; i++) {
         linetable_clear(self->codes.tables[i]);
-        attrib_peak_clear(self->codes.tables[i]);
+        attrib_peak_clear(self->codes.tables[i], !keep_calls);
         if (keep_calls) {
             callfigures_rotate(self->codes.tables[i]);
         }
@@ -369,7 +375,8 @@ Tracer_call_stats(TracerObject *self, PyObject *unused)
     PyObject *result = PyList_New(0);
     for (int i = 0; result != NULL && i < self->codes.n_tables; i++) {
         LineTable *table = self->codes.tables[i];
-        PyObject *calls = callfigures_to_tuple(table);
+        PyObject *calls = callfigures_to_tuple(
+            table, self->attrib.attached && !self->attrib_moved ? &self->attrib : NULL);
         PyObject *row = calls ? Py_BuildValue("(OO)", table->code, calls) : NULL;
         if (row == NULL || PyList_Append(result, row) < 0) {
             Py_CLEAR(result);
