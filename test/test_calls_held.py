@@ -1,7 +1,7 @@
 """growth_per_call is what a call *kept* of a line's growth: a result held
 until the next call replaces it is not a leak, even beside a line that does
-leak in the same call (the frees seen before the next call are charged to
-the lines whose growth they fit)."""
+leak in the same call (the blocks each line made are followed until the call
+after the next begins)."""
 import io
 
 import pytest
@@ -130,3 +130,42 @@ def test_a_leak_alone_is_marked_exactly():
     assert line["later_calls"]["net_growth"] == 4 * MiB
     (row,) = marks(prof)
     assert row.endswith("<-- grows every call (+1.00M)")
+
+
+TRAIN_STEP = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+LEAK = []
+x, y = torch.randn(128, 64), torch.randint(0, 10, (128,))
+
+def train_step():
+    out = net(x)
+    loss = nn.functional.cross_entropy(out, y)
+    LEAK.append(out.detach().clone())
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss.item()
+
+for _ in range(6):
+    train_step()
+"""
+
+
+def test_the_leak_is_marked_on_the_line_that_keeps_it_under_run(tmp_path):
+    """`run -f` profiles each call on its own (the hook is off between
+    calls): the line that keeps a 5,120-byte copy per step is the one marked,
+    not the loss line beside it."""
+    import json
+
+    from helpers import saved_profile
+    doc = json.loads(saved_profile(tmp_path, "step", TRAIN_STEP).read_text())
+    (record,) = doc["functions"]
+    growth = {line["code"].strip(): line.get("growth_per_call") for line in record["lines"]}
+    assert growth["LEAK.append(out.detach().clone())"] == 128 * 10 * 4
+    assert {code: g for code, g in growth.items() if g} == \
+        {"LEAK.append(out.detach().clone())": 128 * 10 * 4}
