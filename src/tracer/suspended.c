@@ -238,6 +238,9 @@ suspension_park(TracerObject *t, ThreadStack *stack, PyObject *gen, PyObject **r
         r = suspensions_find(&t->suspensions, f->gen);
     }
     else if (gen != NULL && *ref != NULL && !f->no_park) {
+        /* Inside a long profiled call no stack opens or closes: generators
+         * closed with no event (3.13+) must not pile up meanwhile. */
+        suspensions_end_dead(t);
         Suspension *stale = suspensions_find(&t->suspensions, (uintptr_t)gen);
         if (stale != NULL) {
             suspension_end(t, stale);   /* a dead generator's, at this address */
