@@ -126,7 +126,8 @@ class Tracer:
         registration order: ``(code, (calls, first_kept, {lineno: (first,
         later, least_growth)}))``.  ``calls``: the calls the code took part in (a
         call: from a thread entering a profiled function while none runs on
-        any thread, to none running anywhere); ``first``: the first call's
+        any thread, to none running anywhere, a suspended generator or
+        coroutine counting as running); ``first``: the first call's
         ``(count, net_growth, values)``, ``later``: the same over the calls
         after it (None where the line did not run in them); ``least_growth``:
         the least growth of the line that one call after the first kept
@@ -147,7 +148,8 @@ class Tracer:
         {lineno: live})``, where ``bytes`` is the level now, ``live`` what
         each line made during that call (callees included) and still alive,
         ``before_call`` what was alive before it began, ``other_threads``
-        what other threads made during it, ``after_call`` what was made after
+        what other threads (or other code while it was suspended at a
+        ``yield`` or ``await``) made during it, ``after_call`` what was made after
         it ended; the parts sum to ``bytes``.  O(live allocations).  None
         while disabled, before a call of it ran in this enable(), or for a
         source that does not push its allocations.  TypeError if ``code`` is

@@ -5,6 +5,9 @@ suspended is "other" for it.  The "deferred" test source pushes each block as
 the CUDA source does, so the breakdowns are exact.  No torch; both mechanisms
 on 3.12+."""
 import asyncio
+import gc
+import sys
+import types
 
 import pytest
 from helpers import MiB, line_of
@@ -211,3 +214,38 @@ def test_a_recursive_generator_call_is_not_split(tracer):
     # A recursive frame makes no Call of its own: its blocks count on the
     # outermost frame's calling line (attrib.h).
     assert peak_of(t, nested)[5] == {item: MiB, recurses: 2 * MiB}
+
+
+def pair():
+    yield 1
+    yield 2
+
+
+# pair's code again, not profiled: a generator of it, kept, takes the address
+# a closed pair generator freed (a record keyed by that address would go).
+twin = types.FunctionType(pair.__code__.replace(), globals())
+
+
+def break_early(n, kept):
+    """Blocks grown over n generators closed early, inside this one call."""
+    before = sys.getallocatedblocks()
+    for _ in range(n):
+        for _ in pair():
+            break                    # closed with no event on 3.13+
+        kept.append(twin())
+    return sys.getallocatedblocks() - before
+
+
+def test_generators_closed_inside_a_long_call_are_not_kept(tracer):
+    t = tracer(pair, break_early)
+    gc.collect()
+    gc.disable()                # a collection would free others' blocks meanwhile
+    try:
+        untraced = break_early(2000, [])      # a block per generator kept
+        t.enable()
+        grown = break_early(2000, [])
+        t.disable()
+    finally:
+        gc.enable()
+    # one more per generator would be the weak reference of a record left behind
+    assert grown - untraced < 2000 // 4

@@ -86,7 +86,8 @@ with no curve.
 still alive when the function reached its highest level (``peak.bytes``, in
 its call ``peak.call``, while ``peak.lineno`` ran); ``before_call`` were
 alive before that call began, ``other_threads`` made by other threads during
-it.  The lines' figures, ``before_call`` and ``other_threads`` sum to
+it (or by other code while it was suspended at a ``yield`` or ``await``).
+The lines' figures, ``before_call`` and ``other_threads`` sum to
 ``peak.bytes``.  A source that is polled cannot tell: its lines have
 ``"held_at_peak": null`` and the record no ``peak``.  Older files have
 neither key.  Also new in version 4, a ``"postmortem"`` may have

@@ -305,8 +305,10 @@ tracer_on_leave(TracerObject *t, LineTable *table, PyObject *yielded)
 {
     int64_t level;
     int read_ok;
+    PyObject *ref = suspension_ref(t, table, yielded);
     ThreadStack *stack = begin_event(t, &level, &read_ok);
     if (stack == NULL) {
+        Py_XDECREF(ref);
         return;
     }
     int target = stack->depth - 1;
@@ -318,7 +320,8 @@ tracer_on_leave(TracerObject *t, LineTable *table, PyObject *yielded)
         int top = stack->depth - 1;
         int64_t end = read_ok ? level : stack->frames[top].start_level;
         commit_line(t, stack, top, end, -1);
-        if (yielded == NULL || top != target || suspension_park(t, stack, yielded) < 0) {
+        if (yielded == NULL || top != target
+                || suspension_park(t, stack, yielded, &ref) < 0) {
             pop_frame(t, stack);
         }
     }
@@ -329,6 +332,7 @@ tracer_on_leave(TracerObject *t, LineTable *table, PyObject *yielded)
         }
     }
     end_event(stack);
+    Py_XDECREF(ref);       /* a weak reference's end runs no Python code */
 }
 
 void

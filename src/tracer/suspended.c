@@ -82,24 +82,9 @@ suspensions_find(Suspensions *s, uintptr_t key)
 }
 
 Suspension *
-suspensions_add(Suspensions *s, PyObject *gen, LineTable *table)
+suspensions_add(Suspensions *s, PyObject *gen, PyObject *ref, LineTable *table)
 {
-    if (on_death == NULL) {
-        on_death = PyCFunction_NewEx(&on_death_def, NULL, NULL);
-        if (on_death == NULL) {
-            PyErr_Clear();
-            return NULL;
-        }
-    }
-    /* The reference first: making it may collect garbage, whose callbacks
-     * only count, so the table is untouched until it is made. */
-    PyObject *ref = PyWeakref_NewRef(gen, on_death);
-    if (ref == NULL) {
-        PyErr_Clear();
-        return NULL;
-    }
     if ((s->used + 1) * 2 > s->capacity && grow(s) < 0) {
-        Py_DECREF(ref);
         return NULL;
     }
     size_t mask = s->capacity - 1;
@@ -219,20 +204,51 @@ suspension_resumes(TracerObject *t, Frame *f, Suspension *r)
     }
 }
 
+PyObject *
+suspension_ref(TracerObject *t, LineTable *table, PyObject *gen)
+{
+    if (gen == NULL || !t->enabled) {
+        return NULL;
+    }
+    ThreadStack *stack = threadstacks_get(&t->threads,
+                                          PyThreadState_GetID(PyThreadState_Get()));
+    if (stack == NULL || stack->depth == 0 || stack->in_callback) {
+        return NULL;
+    }
+    const Frame *f = &stack->frames[stack->depth - 1];
+    if (f->table != table || f->gen != 0 || f->no_park) {
+        return NULL;       /* it has a record, or may have none */
+    }
+    if (on_death == NULL) {
+        on_death = PyCFunction_NewEx(&on_death_def, NULL, NULL);
+    }
+    PyObject *ref = on_death != NULL ? PyWeakref_NewRef(gen, on_death) : NULL;
+    if (ref == NULL) {
+        PyErr_Clear();
+    }
+    return ref;
+}
+
 int
-suspension_park(TracerObject *t, ThreadStack *stack, PyObject *gen)
+suspension_park(TracerObject *t, ThreadStack *stack, PyObject *gen, PyObject **ref)
 {
     Frame *f = &stack->frames[stack->depth - 1];
     Suspension *r = NULL;
     if (f->gen != 0) {
         r = suspensions_find(&t->suspensions, f->gen);
     }
-    else if (gen != NULL && !f->no_park) {
+    else if (gen != NULL && *ref != NULL && !f->no_park) {
+        /* Inside a long profiled call no stack opens or closes: generators
+         * closed with no event (3.13+) must not pile up meanwhile. */
+        suspensions_end_dead(t);
         Suspension *stale = suspensions_find(&t->suspensions, (uintptr_t)gen);
         if (stale != NULL) {
             suspension_end(t, stale);   /* a dead generator's, at this address */
         }
-        r = suspensions_add(&t->suspensions, gen, f->table);
+        r = suspensions_add(&t->suspensions, gen, *ref, f->table);
+        if (r != NULL) {
+            *ref = NULL;                /* the record's now */
+        }
     }
     if (r == NULL || r->parked || suspension_dead(r)) {
         return -1;

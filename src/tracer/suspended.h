@@ -62,9 +62,9 @@ void suspensions_dealloc(Suspensions *s);
 /* The record of `key`, or NULL. */
 Suspension *suspensions_find(Suspensions *s, uintptr_t key);
 
-/* A new record for generator `gen` (not present).  NULL when memory ran out
- * or `gen` takes no weak reference (no exception left set). */
-Suspension *suspensions_add(Suspensions *s, PyObject *gen, LineTable *table);
+/* A new record for generator `gen` (not present), taking `ref`, a weak
+ * reference to it (suspension_ref); NULL when memory ran out. */
+Suspension *suspensions_add(Suspensions *s, PyObject *gen, PyObject *ref, LineTable *table);
 
 /* Drop a record.  Records may move: a pointer to another is stale after. */
 void suspensions_remove(Suspensions *s, Suspension *r);
@@ -87,10 +87,19 @@ Suspension *suspension_of(struct TracerObject *t, PyObject *gen, LineTable *tabl
 /* Frame `f`, just pushed, continues the call of `r`: its Call too. */
 void suspension_resumes(struct TracerObject *t, Frame *f, Suspension *r);
 
-/* The innermost frame of `stack` yields `gen`: 0 when its call was kept
- * open and the frame popped; -1 when its call must end as a return's would
- * (no generator, no memory, it may not, or it is dying). */
-int suspension_park(struct TracerObject *t, ThreadStack *stack, PyObject *gen);
+/* A weak reference to generator `gen`, which yields from a frame of
+ * `table`, when the thread's innermost frame is that one and needs a record
+ * for it; else NULL.  Taken before the event's reading: making it may
+ * collect garbage, and so run Python code (finalizers) that lets another
+ * thread disable the tracer, which that reading notices (events.c). */
+PyObject *suspension_ref(struct TracerObject *t, LineTable *table, PyObject *gen);
+
+/* The innermost frame of `stack` yields `gen` (`*ref`: suspension_ref's,
+ * set to NULL when a new record took it): 0 when its call was kept open and
+ * the frame popped; -1 when its call must end as a return's would (no
+ * generator, no memory, it may not, or it is dying). */
+int suspension_park(struct TracerObject *t, ThreadStack *stack, PyObject *gen,
+                    PyObject **ref);
 
 /* The innermost frame of `stack`, which has a record, is about to be popped
  * (returned or unwound): its record goes. */
