@@ -160,6 +160,13 @@ def test_readme_shell_blocks(tmp_path, page):
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
+def test_readme_is_a_front_page():
+    """README says what, how to install, one quick start and where to read on:
+    the manual's pages hold the rest."""
+    lines = README.read_text().count("\n")
+    assert lines <= 400, f"README.md has {lines} lines; move the detail to a page of docs/"
+
+
 def test_readme_links_point_to_files():
     """README's relative links (mkdocs checks the pages' own links, not
     README's) name files that exist, and every page of docs/ is one of them."""
