@@ -1,7 +1,8 @@
-"""Prints the two outputs the README shows for a GPU: MemReporter on a 2-layer
-MLP after one Adam step (every allocator block accounted for), and the OOM
-post-mortem of a profiled function that holds a 4 GiB tensor when a 1 TiB
-allocation fails.  Without CUDA it prints the CPU versions (smaller sizes).
+"""Prints the two outputs the manual shows for a GPU (docs/memreporter.md,
+docs/oom.md): MemReporter on a 2-layer MLP after one Adam step (every
+allocator block accounted for), and the OOM post-mortem of a profiled
+function that holds a 4 GiB tensor when a 1 TiB allocation fails.  Without
+CUDA it prints the CPU versions (smaller sizes).
 
     python bench/device_reports.py
 """

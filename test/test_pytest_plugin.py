@@ -31,7 +31,7 @@ def run(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     # pytest prints whole short-summary lines under CI (CI / BUILD_NUMBER set)
-    # and cuts them to the terminal's width elsewhere; README shows the latter.
+    # and cuts them to the terminal's width elsewhere; the manual shows the latter.
     monkeypatch.delenv("CI", raising=False)
     monkeypatch.delenv("BUILD_NUMBER", raising=False)
 
@@ -349,35 +349,28 @@ def test_unused_plugin_imports_no_torch_and_adds_no_hooks(pytester, monkeypatch)
     result.assert_outcomes(passed=1)
 
 
-def _readme_blocks():
-    """The fenced blocks of README's "Memory budgets in pytest", up to its next heading."""
-    lines = (ROOT / "README.md").read_text().splitlines(keepends=True)
-    start = lines.index("## Memory budgets in pytest\n")
-    section, fenced = [], False
-    for line in lines[start:]:
-        if not fenced and line.startswith("## ") and section:
-            break                           # the next section ("## " inside a block is output)
-        fenced ^= line.startswith("```")
-        section.append(line)
-    return re.findall(r"^```(\w*)\n(.*?)^```\n", "".join(section), re.S | re.M)
+def _manual_blocks():
+    """The fenced blocks of the manual's page on pytest, docs/pytest.md."""
+    return re.findall(r"^```(\w*)\n(.*?)^```\n", (ROOT / "docs" / "pytest.md").read_text(),
+                      re.S | re.M)
 
 
 def _without_timing(lines):
     return [re.sub(r" in [\d.]+s$", "", line.rstrip()) for line in lines]
 
 
-def test_readme_failure_output_is_what_pytest_prints(run, pytester):
-    """README's "Memory budgets in pytest" shows a run as printed: run it again."""
+def test_manual_failure_output_is_what_pytest_prints(run, pytester):
+    """The manual's page on pytest shows a run as printed: run it again."""
     torch = pytest.importorskip("torch")
-    blocks = _readme_blocks()
+    blocks = _manual_blocks()
     source = next(code for lang, code in blocks if code.startswith("# test_attention.py"))
-    # the section's first two outputs (later sections' blocks follow them)
+    # the page's first two outputs
     failure, summary = [code for lang, code in blocks if lang == "text"][:2]
     pytester.makepyfile(test_attention=source)
     result = run("-q", subprocess=True)
     result.assert_outcomes(passed=1, failed=1)
     if torch.cuda.is_available():
-        return          # the README shows a CPU run; any torch prints it alike
+        return          # the manual shows a CPU run; any torch prints it alike
     assert _without_timing(result.stdout.lines) == _without_timing(failure.splitlines())
     shown = run("-q", "--memlab", subprocess=True).stdout.lines
     start = shown.index(summary.splitlines()[0])

@@ -1,12 +1,13 @@
-"""Every ```python block of README.md runs as printed, each in a fresh
-interpreter; where a block is followed directly by an output block, the
-output must match wherever no GPU is present, on every torch the suite runs
-with (2.13 CPU-only on 3.11, the ordinary CUDA-built wheel run on CPU on 3.12
-and 3.13): the figures are bytes of CPU tensors, which depend on shapes and
-dtypes only, not on the torch version.  With a GPU the examples pick it and
-print other figures, so there only that each block runs is checked; the same
-where a training framework's output is shown for another version of it than
-the one installed.  How long training took is not compared."""
+"""Every ```python block of the manual (README.md, CONTRIBUTING.md and each
+page of docs/) runs as printed, each in a fresh interpreter; where a block is
+followed directly by an output block, the output must match wherever no GPU
+is present, on every torch the suite runs with (2.13 CPU-only on 3.11, the
+ordinary CUDA-built wheel run on CPU on 3.12 and 3.13): the figures are bytes
+of CPU tensors, which depend on shapes and dtypes only, not on the torch
+version.  With a GPU the examples pick it and print other figures, so there
+only that each block runs is checked; the same where a training framework's
+output is shown for another version of it than the one installed.  How long
+training took is not compared."""
 import importlib.metadata
 import importlib.util
 import os
@@ -19,23 +20,31 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = [README, ROOT / "CONTRIBUTING.md"] + sorted(DOCS.glob("*.md"))
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.S | re.M)
-OUTPUT_COMPARED = not torch.cuda.is_available()   # the README shows CPU runs
+OUTPUT_COMPARED = not torch.cuda.is_available()   # the manual shows CPU runs
+
+
+def _name(page):
+    return page.relative_to(ROOT).as_posix()
 
 
 def blocks():
-    text = README.read_text()
-    found = list(FENCE.finditer(text))
-    for i, m in enumerate(found):
-        if m.group(1) != "python" or _marker(text, m):
-            continue
-        expected = _expected_after(text, found, i)
-        if expected is not None and _other_version(text[m.end():found[i + 1].start()]):
-            expected = None
-        line = text.count("\n", 0, m.start()) + 1
-        yield pytest.param(m.group(2), expected, id=f"README.md:{line}",
-                           marks=_needs(text, m))
+    for page in PAGES:
+        text = page.read_text()
+        found = list(FENCE.finditer(text))
+        for i, m in enumerate(found):
+            if m.group(1) != "python" or _marker(text, m):
+                continue
+            expected = _expected_after(text, found, i)
+            if expected is not None and _other_version(text[m.end():found[i + 1].start()]):
+                expected = None
+            line = text.count("\n", 0, m.start()) + 1
+            yield pytest.param(m.group(2), expected, id=f"{_name(page)}:{line}",
+                               marks=_needs(text, m))
 
 
 NEEDS = re.compile(r"<!-- readme-test: needs ([\w. ]+) -->\n\n?$")
@@ -52,7 +61,6 @@ def _needs(text, m):
 
 
 MARKER = re.compile(r"<!-- readme-test: (file (\S+)|run(?:, exits (\d+))?) -->\n\n?$")
-ROOT = README.parent
 
 
 def _marker(text, m):
@@ -109,12 +117,23 @@ def test_readme_block(tmp_path, code, expected):
         assert normalise(out.stdout) == normalise(expected)
 
 
-def test_readme_shell_blocks(tmp_path):
-    """The blocks marked for it: ``file NAME`` blocks are written to NAME, and
-    ``run`` blocks run in order with bash in that folder, each matching the
-    output block after it (the torchrun and the across-runs sections); ``run,
-    exits N`` expects exit status N (diff's --fail-over)."""
-    text = README.read_text()
+RUN_MARKER = re.compile(r"^<!-- readme-test: run", re.M)     # on its own line
+SHELL_PAGES = [page for page in PAGES if RUN_MARKER.search(page.read_text())]
+
+
+def test_shell_samples_are_found():
+    """The pages that show shell runs (torchrun, across calls and runs): a
+    marker the pattern no longer reads would leave them untested."""
+    assert {"docs/torchrun.md", "docs/across-calls.md"} <= {_name(p) for p in SHELL_PAGES}
+
+
+@pytest.mark.parametrize("page", SHELL_PAGES, ids=_name)
+def test_readme_shell_blocks(tmp_path, page):
+    """The blocks of one page marked for it: ``file NAME`` blocks are written
+    to NAME, and ``run`` blocks run in order with bash in that folder, each
+    matching the output block after it; ``run, exits N`` expects exit status N
+    (diff's --fail-over)."""
+    text = page.read_text()
     found = list(FENCE.finditer(text))
     env = dict(os.environ, PYTHONUNBUFFERED="1",
                PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
@@ -135,19 +154,40 @@ def test_readme_shell_blocks(tmp_path):
         if expected is not None and OUTPUT_COMPARED:
             assert normalise(out.stdout) == normalise(expected)
         ran += 1
-    assert ran >= 6
+    assert ran == len(RUN_MARKER.findall(text))    # none left unread by MARKER
 
 
-def test_how_it_works_names_every_module():
-    """README's "How it works" stays the map of the package: each module is
-    named there (mem_reporter/, courtesy/ and pytest_plugin/ by folder)."""
-    text = README.read_text()
-    section = text[text.index("## How it works"):]
-    section = section[:section.index("\n## ", 1)]
-    package = ROOT / "pytorch_memlab"
-    by_folder = {"mem_reporter", "courtesy", "pytest_plugin"}
-    missing = [str(path.relative_to(package)) for path in sorted(package.rglob("*.py"))
-               if path.name not in ("__init__.py", "__main__.py")
-               and path.relative_to(package).parts[0] not in by_folder
-               and f"`{path.name}`" not in section]
-    assert not missing, f"README's How it works does not name {missing}"
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def test_readme_is_a_front_page():
+    """README says what, how to install, one quick start and where to read on:
+    the manual's pages hold the rest."""
+    lines = README.read_text().count("\n")
+    assert lines <= 400, f"README.md has {lines} lines; move the detail to a page of docs/"
+
+
+def test_readme_links_point_to_files():
+    """README's relative links (mkdocs checks the pages' own links, not
+    README's) name files that exist, and every page of docs/ is one of them."""
+    for page in (README, ROOT / "CONTRIBUTING.md"):
+        targets = [t.split("#")[0] for t in LINK.findall(page.read_text())
+                   if "://" not in t and not t.startswith("#")]
+        missing = [t for t in targets if not (ROOT / t).exists()]
+        assert not missing, f"{_name(page)} links to missing files: {missing}"
+    linked = {Path(t.split("#")[0]) for t in LINK.findall(README.read_text())}
+    unlinked = [p.name for p in DOCS.glob("*.md") if p.relative_to(ROOT) not in linked]
+    assert not unlinked, f"README.md links to no docs page {unlinked}"
+
+
+def test_architecture_names_every_folder():
+    """docs/architecture.md stays the map of the code by its folders (files
+    are described by their docstrings): each package and native source folder
+    is named there."""
+    text = (DOCS / "architecture.md").read_text()
+    folders = sorted(p.parent for p in (ROOT / "pytorch_memlab").rglob("__init__.py"))
+    folders = [f for f in folders if f != ROOT / "pytorch_memlab"]
+    folders += sorted(p for p in (ROOT / "src").iterdir() if p.is_dir())
+    folders += sorted(p for p in (ROOT / "include").iterdir() if p.is_dir())
+    missing = [_name(f) for f in folders if f"`{_name(f)}/`" not in text]
+    assert not missing, f"docs/architecture.md does not name {missing}"

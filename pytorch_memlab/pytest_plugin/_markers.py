@@ -19,10 +19,10 @@ MARKERS = {
     LIMIT: ('memlab_limit(budget, *, device=None, functions=()): fail the test when its peak '
             'of live tensor bytes, above what was live when it started, exceeds budget '
             '("64 MiB", "1.5 GB", or an int of bytes) on device ("cpu", "cuda", "cuda:N"; '
-            'default: the current CUDA device, else CPU); see pytorch_memlab\'s README'),
+            'default: the current CUDA device, else CPU); see pytorch_memlab\'s docs/pytest.md'),
     NO_GROWTH: ('memlab_no_growth(*, device=None, tolerance=0, functions=()): fail the test '
                 'when tensor bytes still alive after it returned (and gc.collect()) exceed '
-                'tolerance; see pytorch_memlab\'s README'),
+                'tolerance; see pytorch_memlab\'s docs/pytest.md'),
 }
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
