@@ -28,7 +28,7 @@ declares (a capsule in its memlab_field table, a Python source in ``kinds``):
   "level"   -> value at the end of the line; over executions: max
 """
 from types import CodeType
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 MECHANISM: str
 CURVE_MAX_POINTS: int
@@ -84,6 +84,10 @@ class Tracer:
     def followed_blocks(self) -> tuple[int, int]:
         """(live blocks followed for the breakdown of the peak, slots of the
         table that holds them): its host memory is the slots'."""
+    @property
+    def followed_level(self) -> Optional[int]:
+        """The level (active bytes) the followed blocks make, as the
+        source's pushes rebuild it; None while no block is followed."""
     @property
     def peak_unavailable(self) -> str | None:
         """Why ``peaks()`` has no breakdown (a polled source, memory ran out,

@@ -37,6 +37,7 @@ class Churner:
     def __init__(self):
         self._cv = threading.Condition()
         self._on = self._busy = self._done = False
+        self.rounds = 200
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -48,7 +49,7 @@ class Churner:
                 if self._done:
                     return
                 self._busy = True
-            churn(200)
+            churn(self.rounds)
             with self._cv:
                 self._busy = False
                 self._cv.notify_all()
@@ -138,6 +139,14 @@ def test_profiles_started_while_torchscript_churns_start_from_the_exact_level(ch
         prof.disable()
         for func in (outer, inner, gen, coro):
             check_exact(prof, func)
+    current = native.shim_fields("cpu").index(CURRENT)
+    t = cpu_tracer(outer)
+    for _ in range(2000):
+        churner.on()
+        t.enable()
+        churner.off()
+        assert t.followed_level == native.sample("cpu", 0)[current]
+        t.disable()
 
 
 def cpu_tracer(func, follow_blocks=True):

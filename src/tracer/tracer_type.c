@@ -554,6 +554,15 @@ Tracer_get_sample_errors(TracerObject *self, void *closure)
 }
 
 static PyObject *
+Tracer_get_followed_level(TracerObject *self, void *closure)
+{
+    if (!self->attrib.attached) {
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromLongLong(attrib_level(&self->attrib));
+}
+
+static PyObject *
 Tracer_get_followed_blocks(TracerObject *self, void *closure)
 {
     size_t used, capacity;
@@ -638,6 +647,8 @@ static PyGetSetDef Tracer_getset[] = {
     {"tool_id", (getter)Tracer_get_tool_id, NULL, "sys.monitoring tool id or -1", NULL},
     {"followed_blocks", (getter)Tracer_get_followed_blocks, NULL,
      "(live blocks followed, slots of their table)", NULL},
+    {"followed_level", (getter)Tracer_get_followed_level, NULL,
+     "the level the followed blocks make, or None when none are followed", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
