@@ -7,19 +7,30 @@ of this package's own sources, repeated to 20,000 lines (so blank lines,
 OLD with 1% of its lines inserted, deleted or changed at random places
 (seeded).  Each line carries figures and a held-at-peak, so ``diff`` also
 blames the peak.  A second pair reorders 4,000 lines wholesale (the case
-past ``common.align.MAX_EDITS``).  Times are medians of 3 on this machine.
+past ``common.align.MAX_EDITS``).  Then the whole command, as a user runs
+it: both profiles saved as JSON, ``python -m pytorch_memlab diff OLD NEW``
+run in this process (read both files, diff, render and print the text;
+target: under 1 s), and once as a subprocess (adding the interpreter's start
+and the imports).  Times are medians of 3 on this machine.
 
   PYTHONPATH=. python bench/bench_diff.py
 """
+import contextlib
 import glob
+import io
 import os
 import random
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
+from pytorch_memlab.__main__ import main as cli_main
 from pytorch_memlab.common.align import align
 from pytorch_memlab.diffing import diff, render_text
 from pytorch_memlab.records.model import FunctionRecord, LineRecord, Profile
+from pytorch_memlab.records.saved import save
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLUMN = "active_bytes.all.peak"
@@ -69,6 +80,21 @@ def median_time(work, repeats=3):
     return statistics.median(times)
 
 
+def cli_in_process(paths):
+    """``diff OLD NEW`` through the CLI's own entry point, its stdout kept."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = cli_main(["diff", *paths])
+    assert status == 0, status
+    return out.getvalue()
+
+
+def cli_subprocess(paths):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    subprocess.run([sys.executable, "-m", "pytorch_memlab", "diff", *paths], check=True,
+                   stdout=subprocess.DEVNULL, env=env)
+
+
 def main():
     rng = random.Random(2026)
     old_lines = source_lines(20_000)
@@ -85,6 +111,13 @@ def main():
     rng.shuffle(shuffled)
     print(f"align, 4,000 lines reordered: "
           f"{median_time(lambda: align(stripped[0][:4000], shuffled)):.3f} s")
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = [os.path.join(tmp, "old.json"), os.path.join(tmp, "new.json")]
+        save(old, paths[0])
+        save(new, paths[1])
+        assert cli_in_process(paths) == render_text(result)
+        print(f"CLI diff OLD NEW (in process): {median_time(lambda: cli_in_process(paths)):.3f} s")
+        print(f"CLI diff OLD NEW (subprocess): {median_time(lambda: cli_subprocess(paths)):.3f} s")
 
 
 if __name__ == "__main__":
