@@ -27,6 +27,7 @@ from .records.model import HELD, FunctionRecord, LineRecord, Profile
 from .reports.calls import peak_column
 
 ProfileLike = Any   # a Profile, a SavedProfile / LineProfiler, or a path
+Figures = tuple[Optional[int], Optional[int], Optional[int]]   # old, new, change
 
 
 @dataclass
@@ -45,9 +46,19 @@ class LineDiff:
     def change(self, column: str) -> Optional[int]:
         a = self.old.figure(column) if self.old is not None else None
         b = self.new.figure(column) if self.new is not None else None
-        if a is None and b is None:
-            return None
-        return (b or 0) - (a or 0)
+        return _change(a, b)
+
+    def figures(self, columns: Sequence[str]) -> list[Figures]:
+        """(old, new, change) per column."""
+        old, new = self.old, self.new
+        olds = [old.figure(c) for c in columns] if old is not None else [None] * len(columns)
+        news = [new.figure(c) for c in columns] if new is not None else [None] * len(columns)
+        return [(a, b, _change(a, b)) for a, b in zip(olds, news)]
+
+
+def _change(old: Optional[int], new: Optional[int]) -> Optional[int]:
+    """None where neither side has a figure; a missing one counts as 0."""
+    return None if old is None and new is None else (new or 0) - (old or 0)
 
 
 @dataclass

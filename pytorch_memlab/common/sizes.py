@@ -23,6 +23,12 @@ __all__ = ["readable_size", "with_bytes", "iec_size", "axis_ticks", "parse_size"
            "SIZE_FORMS"]
 
 _SUFFIXES = ("B", "K", "M", "G", "T", "P")
+# (the bound a value stays under, the unit's size, its suffix), the last unit
+# left out: it takes every larger value.  A division by a power of two is
+# exact, so one division gives what dividing by 1024 step by step would.
+_STEPS = tuple((1024.0 ** (k + 1), 1024.0 ** k, suffix)
+               for k, suffix in enumerate(_SUFFIXES[:-1]))
+_LAST_STEP = 1024.0 ** (len(_SUFFIXES) - 1)
 
 
 def readable_size(num_bytes: Union[int, float]) -> str:
@@ -32,11 +38,10 @@ def readable_size(num_bytes: Union[int, float]) -> str:
     """
     sign = "-" if num_bytes < 0 else ""
     value = float(abs(num_bytes))
-    for suffix in _SUFFIXES[:-1]:
-        if value < 1024:
-            return f"{sign}{value:.2f}{suffix}"
-        value /= 1024
-    return f"{sign}{value:.2f}{_SUFFIXES[-1]}"
+    for bound, unit, suffix in _STEPS:
+        if value < bound:
+            return f"{sign}{value / unit:.2f}{suffix}"
+    return f"{sign}{value / _LAST_STEP:.2f}{_SUFFIXES[-1]}"
 
 
 def with_bytes(num_bytes: int) -> str:

@@ -150,6 +150,9 @@ def to_document(profile: Profile) -> dict[str, Any]:
 
 # ---- reading, with one error naming the file and the place --------------------
 
+_MISSING = object()
+
+
 class _Reader:
     """Checks one document; every error names ``where`` and the field."""
 
@@ -161,6 +164,9 @@ class _Reader:
 
     def typed(self, obj: dict[str, Any], key: str, kind: Any, place: str,
               accepted: str, optional: bool = False) -> Any:
+        value = obj.get(key, _MISSING)
+        if type(value) is kind or (value is None and optional):   # the common case, fast
+            return value
         if key not in obj:
             raise self.fail(place, f"{key!r} is missing; expected {accepted}")
         value = obj[key]
@@ -179,24 +185,27 @@ class _Reader:
     def line(self, obj: Any, columns: Sequence[str], place: str) -> LineRecord:
         if not isinstance(obj, dict):
             raise self.fail(place, f"a line is {_show(obj)}; expected an object")
-        figures = {c: self.typed(obj, c, int, place, "an integer or null", optional=True)
+        typed = self.typed
+        figures = {c: typed(obj, c, int, place, "an integer or null", optional=True)
                    for c in columns if c in obj}
+        has_held = HELD in obj
         return LineRecord(
-            lineno=self.typed(obj, "lineno", int, place, "an integer"),
-            code=self.typed(obj, "code", str, place, "a string"),
-            count=self.typed(obj, "count", int, place, "an integer"),
-            net_growth=self.typed(obj, GROWTH, int, place, "an integer or null", optional=True),
+            lineno=typed(obj, "lineno", int, place, "an integer"),
+            code=typed(obj, "code", str, place, "a string"),
+            count=typed(obj, "count", int, place, "an integer"),
+            net_growth=typed(obj, GROWTH, int, place, "an integer or null", optional=True),
             figures=figures,
-            raised=self.typed(obj, "raised", str, place, "a string or null", optional=True)
+            raised=typed(obj, "raised", str, place, "a string or null", optional=True)
             if "raised" in obj else None,
-            first_call=self.calls_part(obj, "first_call", columns, place),
-            later_calls=self.calls_part(obj, "later_calls", columns, place),
-            growth_per_call=self.typed(obj, "growth_per_call", int, place,
-                                       "an integer or null", optional=True)
-            if "growth_per_call" in obj else None,
-            held_at_peak=self.typed(obj, HELD, int, place, "an integer or null",
-                                    optional=True) if HELD in obj else None,
-            has_held=HELD in obj)
+            first_call=self.calls_part(obj, "first_call", columns, place)
+            if "first_call" in obj else None,
+            later_calls=self.calls_part(obj, "later_calls", columns, place)
+            if "later_calls" in obj else None,
+            growth_per_call=typed(obj, "growth_per_call", int, place, "an integer or null",
+                                  optional=True) if "growth_per_call" in obj else None,
+            held_at_peak=typed(obj, HELD, int, place, "an integer or null", optional=True)
+            if has_held else None,
+            has_held=has_held)
 
     def calls_part(self, obj: dict[str, Any], key: str, columns: Sequence[str],
                    place: str) -> Optional[dict[str, Optional[int]]]:

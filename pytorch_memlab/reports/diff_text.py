@@ -7,23 +7,25 @@ found on one side only."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from functools import lru_cache
+from typing import TYPE_CHECKING, Callable, Optional
 
 from ..common.sizes import readable_size
 from ..records.model import GROWTH, HELD
 from .peak_text import PeakItem, summed_items
 
 if TYPE_CHECKING:
-    from ..diffing import FunctionDiff, LineDiff, ProfileDiff
+    from ..diffing import Figures, FunctionDiff, LineDiff, ProfileDiff
 
 MARK = "<-- largest increase"
 
 
-def signed(value: Optional[int]) -> str:
-    """A change as the tables write it: ``+16.00M``, ``-2.00M``, blank when 0."""
+def signed(value: Optional[int], size: Callable[[int], str] = readable_size) -> str:
+    """A change as the tables write it: ``+16.00M``, ``-2.00M``, blank when 0
+    (``size`` writes the figure)."""
     if not value:
         return ""
-    return ("+" if value > 0 else "") + readable_size(value)
+    return ("+" if value > 0 else "") + size(value)
 
 
 @dataclass
@@ -31,7 +33,7 @@ class DiffRow:
     """One aligned line of a function's diff, as both views show it."""
     line: "LineDiff"
     lineno: str                  # the new line number, "-N" for a deleted old line N
-    figures: list[tuple[Optional[int], Optional[int], Optional[int]]]   # (old, new, change)
+    figures: list["Figures"]     # (old, new, change) per column
     largest: bool                # the largest increase of the function's peak
 
 
@@ -40,14 +42,14 @@ def diff_columns(fd: "FunctionDiff") -> list[str]:
 
 
 def diff_rows(fd: "FunctionDiff") -> list[DiffRow]:
+    columns = diff_columns(fd)
     rows = []
     for line in fd.lines:
-        figures = [(line.old.figure(c) if line.old is not None else None,
-                    line.new.figure(c) if line.new is not None else None, line.change(c))
-                   for c in diff_columns(fd)]
-        lineno = str(line.new.lineno) if line.new is not None else f"-{line.old.lineno}"  # type: ignore[union-attr]
-        largest = line.new is not None and line.new.lineno == fd.peak_line
-        rows.append(DiffRow(line, lineno, figures, largest))
+        if line.new is not None:
+            lineno, largest = str(line.new.lineno), line.new.lineno == fd.peak_line
+        else:
+            lineno, largest = f"-{line.old.lineno}", False  # type: ignore[union-attr]
+        rows.append(DiffRow(line, lineno, line.figures(columns), largest))
     return rows
 
 
@@ -77,23 +79,24 @@ def blame_line(fd: "FunctionDiff") -> str:
 
 
 def render_diff_text(result: "ProfileDiff") -> str:
+    # An unchanged line's old and new figures are the same: each value is written once.
+    size = lru_cache(maxsize=None)(readable_size)
     out: list[str] = []
     for fd in result.functions:
-        head = []
-        for c in diff_columns(fd):
-            head += [f"old {c}", f"new {c}", "change"]
-        rows = [head + ["line", "code"]]
-        for row in diff_rows(fd):
-            cells = []
-            for a, b, change in row.figures:
-                cells += ["" if a is None else readable_size(a),
-                          "" if b is None else readable_size(b), signed(change)]
-            mark = f"   {MARK}" if row.largest else ""
-            rows.append(cells + [row.lineno, row.line.code + mark])
-        widths = [max(len(r[k]) for r in rows) for k in range(len(head) + 1)]
+        rows = diff_rows(fd)
+        # the table column by column: its heading, then its cells
+        columns: list[list[str]] = []
+        for k, c in enumerate(diff_columns(fd)):
+            figures = [row.figures[k] for row in rows]
+            columns += [[f"old {c}"] + ["" if old is None else size(old) for old, _, _ in figures],
+                        [f"new {c}"] + ["" if new is None else size(new) for _, new, _ in figures],
+                        ["change"] + [signed(change, size) for _, _, change in figures]]
+        columns.append(["line"] + [row.lineno for row in rows])
+        code = ["code"] + [row.line.code + (f"   {MARK}" if row.largest else "") for row in rows]
+        # each column but the code right-aligned to its widest cell, then the code
+        line = "  ".join(f"{{:>{max(map(len, column))}}}" for column in columns) + "  {}"
         out.append(f"## {fd.qualname} ({fd.device})\n")
-        for r in rows:
-            out.append("  ".join(v.rjust(w) for v, w in zip(r, widths)) + "  " + r[-1])
+        out += [line.format(*cells) for cells in zip(*columns, code)]
         out += ["", blame_line(fd), ""]
     out += [fd.summary() for fd in result.functions]
     out += [item.text() for item in result.one_side]

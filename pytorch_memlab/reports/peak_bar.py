@@ -10,7 +10,7 @@ import html
 
 from ..common.sizes import readable_size
 from .notebook import BAR_COLORS
-from .peak_text import PeakItem, PeakNote
+from .peak_text import PeakItem, PeakNote, items_text
 
 # The lines take the column colours (red left out: it means shrinking
 # elsewhere; grey too); what is not a line of the function is grey or sand.
@@ -31,7 +31,7 @@ def item_title(item: PeakItem) -> str:
     if item.code.strip():
         text += ": " + item.code.strip()
     if item.rest:
-        text += ": " + ", ".join(item.rest)
+        text += ": " + items_text(item.rest)
     return text
 
 

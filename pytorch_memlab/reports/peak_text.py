@@ -22,7 +22,7 @@ class PeakItem(NamedTuple):
     size: int                   # bytes
     lineno: Optional[int] = None  # a line's item: its number
     code: str = ""              # a line's item: its source ("" for the others)
-    rest: tuple[str, ...] = ()  # "N more": its parts, as "4.00K line 9"
+    rest: tuple["PeakItem", ...] = ()  # "N more": its parts
 
 
 def summed_items(parts: Iterable[PeakItem]) -> list[PeakItem]:
@@ -36,8 +36,7 @@ def summed_items(parts: Iterable[PeakItem]) -> list[PeakItem]:
         return ordered
     rest = ordered[MAX_ITEMS - 1:]
     return ordered[:MAX_ITEMS - 1] + [PeakItem(
-        f"{len(rest)} more", sum(p.size for p in rest),
-        rest=tuple(items_text([p]) for p in rest))]
+        f"{len(rest)} more", sum(p.size for p in rest), rest=tuple(rest))]
 
 
 def items_text(items: Iterable[PeakItem]) -> str:
