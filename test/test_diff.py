@@ -11,6 +11,7 @@ import pytorch_memlab  # noqa: E402
 from helpers import MiB, saved_profile  # noqa: E402
 from helpers import diff_cli as cli  # noqa: E402
 from pytorch_memlab.common.sizes import readable_size  # noqa: E402
+from test_html_report import CHROMIUM, page_widths  # noqa: E402
 
 OLD = """\
 import torch
@@ -172,3 +173,17 @@ def test_html_view_is_a_table_with_exact_figures(pair, tmp_path):
     assert rows[largest][1][-2][1] == str(fd.peak_line)
     assert parsed.summaries == [fd.summary(), fd.summary()]   # under the table, and at the end
     assert fd.summary().startswith("train_step: peak 8.00M -> 13.00M (+5.00M, +62.5%)")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+def test_chromium_700_px_wide_diff_page_does_not_scroll_sideways(pair, tmp_path):
+    """At 700 px the diff page is no wider than the window; its table, wider
+    than that, scrolls inside its box, as the report's tables do."""
+    old, new = pair
+    page = tmp_path / "diff.html"
+    assert cli(old, new, "-o", page).returncode == 0
+    widths = page_widths(tmp_path, page.read_text())
+    width, client = widths["page"]
+    assert client == 700 and width <= client, widths
+    ((table, box),) = widths["boxes"]
+    assert box <= client < table

@@ -218,6 +218,22 @@ def console_messages(stderr):
     return [line for line in stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
 
 
+def page_widths(tmp_path, text, width=700):
+    """``text`` (an HTML page) opened in Chromium ``width`` px wide, its console
+    silent: {"page": [scrollWidth, clientWidth], "boxes": the same for each
+    div.scroll}."""
+    page = tmp_path / "widths.html"
+    measure = ('<script>document.body.dataset.widths = JSON.stringify({page: ['
+               'document.documentElement.scrollWidth, document.documentElement.clientWidth], '
+               'boxes: Array.prototype.map.call(document.querySelectorAll("div.scroll"), '
+               'function (b) { return [b.scrollWidth, b.clientWidth]; })});</script></body>')
+    page.write_text(text.replace("</body>", measure))
+    dom = chromium(tmp_path, f"--window-size={width},900", "--dump-dom", page.as_uri())
+    assert console_messages(dom.stderr) == []
+    return json.loads(re.search(r'data-widths="([^"]*)"', dom.stdout).group(1)
+                      .replace("&quot;", '"'))
+
+
 @needs_chromium
 def test_chromium_shows_table_bars_and_timeline(profile_path, tmp_path):
     report = tmp_path / "report.html"
@@ -265,16 +281,7 @@ def test_chromium_sorts_by_a_column(profile_path, tmp_path):
 def test_chromium_700_px_wide_page_does_not_scroll_sideways(profile_path, tmp_path):
     """At 700 px the page is no wider than the window; the tables, wider than
     that, scroll inside their boxes."""
-    report = tmp_path / "report.html"
-    measure = ('<script>document.body.dataset.widths = JSON.stringify({page: ['
-               'document.documentElement.scrollWidth, document.documentElement.clientWidth], '
-               'boxes: Array.prototype.map.call(document.querySelectorAll("div.scroll"), '
-               'function (b) { return [b.scrollWidth, b.clientWidth]; })});</script></body>')
-    report.write_text(render_report(profile_path).replace("</body>", measure))
-    dom = chromium(tmp_path, "--window-size=700,900", "--dump-dom", report.as_uri())
-    assert console_messages(dom.stderr) == []
-    widths = json.loads(re.search(r'data-widths="([^"]*)"', dom.stdout).group(1)
-                        .replace("&quot;", '"'))
+    widths = page_widths(tmp_path, render_report(profile_path))
     page, client = widths["page"]
     assert client == 700 and page <= client, widths
     assert len(widths["boxes"]) == 3

@@ -5,7 +5,8 @@ hover, red for an increase, green for a decrease), the line and its code; the
 row of the largest increase is highlighted, a deleted old line is grey, and
 the line blaming the peak's change and the summary close the function; the
 ranks, devices and functions found on one side only follow the summaries.
-Click a heading to sort by it."""
+Click a heading to sort by it.  A table wider than the window scrolls
+sideways in its own box (``div.scroll``), as the report's do."""
 from __future__ import annotations
 
 import html
@@ -57,8 +58,9 @@ def _function(fd: "FunctionDiff") -> str:
     name = f"{fd.qualname} ({fd.device})"
     return (f'<section data-qualname="{html.escape(fd.qualname)}">'
             f"<h2>{html.escape(name)}</h2>"
-            f'<table class="prof"><thead><tr>{groups}<th colspan="2"></th></tr>'
-            f"<tr>{''.join(heads)}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            f'<div class="scroll"><table class="prof"><thead><tr>{groups}'
+            f'<th colspan="2"></th></tr><tr>{"".join(heads)}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table></div>"
             f'<p class="blame">{html.escape(blame_line(fd))}</p>'
             f'<p class="summary">{html.escape(fd.summary())}</p></section>')
 
