@@ -94,9 +94,9 @@ def render_diff_text(result: "ProfileDiff") -> str:
         columns.append(["line"] + [row.lineno for row in rows])
         code = ["code"] + [row.line.code + (f"   {MARK}" if row.largest else "") for row in rows]
         # each column but the code right-aligned to its widest cell, then the code
-        line = "  ".join(f"{{:>{max(map(len, column))}}}" for column in columns) + "  {}"
+        template = "  ".join(f"{{:>{max(map(len, column))}}}" for column in columns) + "  {}"
         out.append(f"## {fd.qualname} ({fd.device})\n")
-        out += [line.format(*cells) for cells in zip(*columns, code)]
+        out += [template.format(*cells) for cells in zip(*columns, code)]
         out += ["", blame_line(fd), ""]
     out += [fd.summary() for fd in result.functions]
     out += [item.text() for item in result.one_side]
