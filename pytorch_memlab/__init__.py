@@ -21,7 +21,7 @@ _EXPORTS = {
     "load": "pytorch_memlab.line_profiler",
     "MemReporter": "pytorch_memlab.mem_reporter",
     "Courtesy": "pytorch_memlab.courtesy",
-    "info": "pytorch_memlab.source_info",
+    "info": "pytorch_memlab.sources.info",
     "diff": "pytorch_memlab.diffing",
 }
 

@@ -14,7 +14,8 @@ from helpers import (MiB, keep_and_temp, line_figures, run_script, spin,
 
 torch = pytest.importorskip("torch")
 
-from pytorch_memlab import LineProfiler, native, sources  # noqa: E402
+from pytorch_memlab import LineProfiler, sources  # noqa: E402
+from pytorch_memlab.sources import choice, native  # noqa: E402
 from pytorch_memlab.line_profiler import DEFAULT_COLUMNS  # noqa: E402
 from pytorch_memlab.records.columns import GROWTH_FIELD  # noqa: E402
 
@@ -34,7 +35,7 @@ THREAD_COLUMNS = ("active_bytes.all.peak", "allocated_bytes.all.allocated",
 
 @pytest.fixture
 def fresh_warnings(monkeypatch):
-    monkeypatch.setattr(sources, "_warned_resets", False)
+    monkeypatch.setattr(choice, "_warned_resets", False)
 
 
 # ---- which source a profiler gets (no GPU needed) --------------------------
@@ -102,7 +103,8 @@ def test_cuda_malloc_async_backend_polls(tmp_path):
     env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
     out, _ = run_script(tmp_path, """\
         import torch
-        from pytorch_memlab import info, native
+        from pytorch_memlab import info
+        from pytorch_memlab.sources import native
         shim, _ = native.load_shim()
         print(shim.cuda_push_unavailable())
         print(info()["sources"]["cuda"]["path"])
@@ -163,7 +165,7 @@ def test_user_peak_statistics_survive_profiling():
     # pushed) resets the peaks at every line, and the 64 MiB block, freed
     # before the function ends, is lost from max_memory_allocated().
     with pytest.warns(RuntimeWarning, match="resets the device's peak"):
-        sources._warned_resets = False
+        choice._warned_resets = False
         polled = run(("active_bytes.all.peak", "num_ooms"))
     assert polled[0] < plain[0]
 

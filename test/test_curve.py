@@ -206,7 +206,8 @@ def nested_callee():
 def cpu():
     pytest.importorskip("torch")
     pytest.importorskip("pytorch_memlab._torchshim")
-    from pytorch_memlab import LineProfiler, native
+    from pytorch_memlab import LineProfiler
+    from pytorch_memlab.sources import native
     return LineProfiler, native
 
 

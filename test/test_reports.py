@@ -105,7 +105,7 @@ def test_bad_column_meanings_name_the_file_and_the_column(tmp_path, meanings, me
 _WATCH = """
 import atexit, runpy, sys
 def report():
-    seen = sorted(m for m in ("pytorch_memlab.native", "pytorch_memlab._tracer",
+    seen = sorted(m for m in ("pytorch_memlab.sources.native", "pytorch_memlab._tracer",
                               "pytorch_memlab._torchshim", "torch") if m in sys.modules)
     print("IMPORTED:" + ",".join(seen), file=sys.stderr)
 atexit.register(report)
@@ -135,7 +135,7 @@ def test_loading_and_rendering_never_import_native(tmp_path):
             "saved = load('p.json')\n"
             "text = repr(saved) + saved._repr_html_() + render_report(saved)\n"
             "assert '1.00M' in text\n"
-            "print('pytorch_memlab.native' in sys.modules)\n")
+            "print('pytorch_memlab.sources.native' in sys.modules)\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)

@@ -1,5 +1,5 @@
-"""The torch shim (src/torchshim/) and its Python face: pytorch_memlab.native
-(the boundary), sources (which source a profiler reads) and cuda_fallback.
+"""The torch shim (src/torchshim/) and its Python face: pytorch_memlab.sources:
+native (the boundary), choice (which source a profiler reads) and cuda_fallback.
 
 CPU tests run everywhere torch does; CUDA tests skip without a GPU.  Tests
 that could abort the process (a bad allocator wrapper trips internal asserts
@@ -16,7 +16,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytorch_memlab import _install, cuda_fallback, native, sources  # noqa: E402
+from pytorch_memlab import _install, sources  # noqa: E402
+from pytorch_memlab.sources import choice, cuda_fallback, native  # noqa: E402
 from pytorch_memlab.records.meanings import torch_meaning  # noqa: E402
 
 shim = pytest.importorskip("pytorch_memlab._torchshim")
@@ -323,6 +324,16 @@ def test_get_source_returns_capsules():
         sources.get_source("tpu")
 
 
+def test_choice_says_source_path_and_why():
+    cpu = sources.choose("cpu")
+    assert (cpu.kind, cpu.source, cpu.origin, cpu.path, cpu.why) == (
+        "cpu", shim.cpu_source, "shim", shim.path("cpu"), None)
+    assert cpu.compiled
+    if hasattr(shim, "cuda_source"):
+        polled = sources.choose("cuda")          # no columns named: the polled source
+        assert (polled.source, polled.origin, polled.path) == (shim.cuda_source, "shim", "poll")
+
+
 @pytest.fixture
 def no_shim(monkeypatch):
     def broken():
@@ -330,7 +341,7 @@ def no_shim(monkeypatch):
 
     monkeypatch.setattr(native, "import_shim", broken)
     monkeypatch.setattr(native, "_shim_state", None)
-    monkeypatch.setattr(sources, "_warned", False)
+    monkeypatch.setattr(choice, "_warned", False)
     monkeypatch.delenv(sources.REQUIRE_SHIM_ENV, raising=False)
 
 
@@ -352,6 +363,15 @@ def test_fallback_warns_once(no_shim):
         for ask in (first.prepare, lambda _: first.fields):
             with pytest.raises(RuntimeError, match="CUDA is not available"):
                 ask(0)
+
+
+def test_choice_without_the_shim(no_shim):
+    cuda, cpu = sources.choose("cuda"), sources.choose("cpu")
+    assert isinstance(cuda.source, cuda_fallback.CudaFallbackSource)
+    assert (cuda.origin, cuda.path, cuda.compiled) == ("python fallback", "poll", False)
+    assert "simulated" in cuda.why
+    assert (cpu.source, cpu.origin, cpu.path) == (None, None, None)
+    assert "CPU profiling needs the compiled shim" in cpu.why and "simulated" in cpu.why
 
 
 def test_fallback_cpu_is_a_clear_error(no_shim):

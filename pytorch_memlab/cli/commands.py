@@ -149,7 +149,7 @@ class InfoCommand(Verb):
     needs_torch = True
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..source_info import format_info, info
+        from ..sources.info import format_info, info
         print(format_info(info()))
         return 0
 

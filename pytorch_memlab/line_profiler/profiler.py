@@ -7,7 +7,8 @@ import types
 from typing import IO, TYPE_CHECKING, Any, Callable, Optional, Union
 
 from .. import postmortem
-from .. import native, sources
+from .. import sources
+from ..sources import native
 from ..common.devices import DeviceArg, add_follower, note_cpu_fallback, resolve_devices
 from ..records import saved
 from ..records.document import to_document

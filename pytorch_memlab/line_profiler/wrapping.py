@@ -16,7 +16,7 @@ import sys
 import types
 from typing import Any, Callable, Optional
 
-from .. import native
+from ..sources import native
 from .functions import resolve_function
 from .profiler import LineProfiler
 
