@@ -18,7 +18,8 @@ import statistics
 import time
 
 from pytorch_memlab.common.align import align
-from pytorch_memlab.diffing import diff, render_text
+from pytorch_memlab.records.diff import diff
+from pytorch_memlab.reports.diff_text import render_diff_text
 from pytorch_memlab.records.model import FunctionRecord, LineRecord, Profile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -80,7 +81,7 @@ def main():
           f"{sum(1 for s in stripped[0] if not s):,} blank in OLD")
     print(f"align:            {median_time(lambda: align(*stripped)):.3f} s")
     print(f"diff (align, blame): {median_time(lambda: diff(old, new)):.3f} s")
-    print(f"render_text:      {median_time(lambda: render_text(result)):.3f} s")
+    print(f"render_text:      {median_time(lambda: render_diff_text(result)):.3f} s")
     shuffled = list(stripped[0][:4000])
     rng.shuffle(shuffled)
     print(f"align, 4,000 lines reordered: "

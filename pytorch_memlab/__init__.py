@@ -22,7 +22,7 @@ _EXPORTS = {
     "MemReporter": "pytorch_memlab.mem_reporter",
     "Courtesy": "pytorch_memlab.courtesy",
     "info": "pytorch_memlab.sources.info",
-    "diff": "pytorch_memlab.diffing",
+    "diff": "pytorch_memlab.records.diff",
 }
 
 __all__ = sorted(_EXPORTS) + ["load_ipython_extension"]

@@ -10,7 +10,9 @@ from .stdout import print_tables
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from ..diffing import diff, exceeded, parse_threshold, render_html, render_text
+    from ..records.diff import diff, exceeded, parse_threshold
+    from ..reports.diff_html import render_diff_html
+    from ..reports.diff_text import render_diff_text
     threshold = None
     try:
         if args.fail_over is not None:
@@ -24,11 +26,11 @@ def run_diff(args: argparse.Namespace) -> int:
             raise CommandError(f"-o {args.output!r}: the file name must end in .html")
         try:
             with open(args.output, "w", encoding="utf-8") as f:
-                f.write(render_html(result))
+                f.write(render_diff_html(result))
         except OSError as exc:
             raise CommandError(f"could not write {args.output}: {exc}") from None
         print(f"pytorch_memlab: wrote {args.output}", file=sys.stderr)
-    text = render_text(result)
+    text = render_diff_text(result)
     print_tables(lambda: print(text, end=""))
     if threshold is not None:
         grown = exceeded(result, threshold)

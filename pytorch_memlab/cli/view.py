@@ -52,7 +52,8 @@ def view(path: str, output: Optional[str], hide_unrun: bool = False,
 def _view_ranks(folder: str, output: Optional[str]) -> int:
     """A folder of rank<R>.json files written under torchrun: the merged table,
     or with -o the per-rank HTML report."""
-    from ..distributed import merged_text, read_rank_dir
+    from ..records.ranks import read_rank_dir
+    from ..reports.rank_table import merged_text
     try:
         docs = read_rank_dir(folder)
     except (OSError, ValueError) as exc:

@@ -26,7 +26,7 @@ CALLEE = " > "
 def parse_increase(text: Optional[str]) -> Optional[tuple[str, float]]:
     if text is None:
         return None
-    from ..diffing import parse_threshold
+    from ..records.diff import parse_threshold
     try:
         return parse_threshold(text, "--memlab-fail-on-increase")
     except ValueError as exc:
@@ -124,8 +124,9 @@ def increase_failure(old: tuple[int, Profile], peak: int, doc: dict[str, Any],
             f"{readable_size(peak)} (+{readable_size(grown)}{pct}), over "
             f"--memlab-fail-on-increase {text}")
     try:
-        from ..diffing import diff, render_text
-        table = render_text(diff(old_profile, from_document(doc, "this run")))
+        from ..records.diff import diff
+        from ..reports.diff_text import render_diff_text
+        table = render_diff_text(diff(old_profile, from_document(doc, "this run")))
     except (KeyError, ValueError, TypeError) as exc:
         table = f"(no table diff: {exc})"
     return head + "\n\n" + table

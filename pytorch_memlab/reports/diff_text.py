@@ -14,7 +14,7 @@ from ..records.model import GROWTH, HELD
 from .peak_text import PeakItem, summed_items
 
 if TYPE_CHECKING:
-    from ..diffing import FunctionDiff, LineDiff, ProfileDiff
+    from ..records.diff import FunctionDiff, LineDiff, ProfileDiff
 
 MARK = "<-- largest increase"
 

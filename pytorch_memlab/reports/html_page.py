@@ -257,7 +257,7 @@ class RanksHtmlReport:
         self.title_text = title_text
 
     def render(self, docs: RankDocs) -> str:
-        from ..distributed import merged_text
+        from .rank_table import merged_text
         ordered = sorted(docs, key=lambda d: d["rank"]["rank"])
         options = "".join(f'<option value="{d["rank"]["rank"]}">rank {d["rank"]["rank"]} '
                           f'({html.escape(", ".join(d.get("devices") or []))})</option>'
