@@ -130,7 +130,7 @@ def test_view_of_a_saved_profile_never_imports_native(tmp_path, extra):
 def test_loading_and_rendering_never_import_native(tmp_path):
     (tmp_path / "p.json").write_text(json.dumps(_doc(["active_bytes.all.peak"], version=1)))
     code = ("import sys\n"
-            "from pytorch_memlab.records.saved import load\n"
+            "from pytorch_memlab.reports.saved_profile import load\n"
             "from pytorch_memlab.html_report import render_report\n"
             "saved = load('p.json')\n"
             "text = repr(saved) + saved._repr_html_() + render_report(saved)\n"

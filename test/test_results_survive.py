@@ -90,7 +90,7 @@ DOC = {
 def csv_text(tmp_path):
     import json
 
-    from pytorch_memlab.records.saved import load
+    from pytorch_memlab.reports.saved_profile import load
     (tmp_path / "p.json").write_text(json.dumps(DOC))
     load(tmp_path / "p.json").save(tmp_path / "p.csv")
     return (tmp_path / "p.csv").read_text()
@@ -110,7 +110,7 @@ def _cuts(text):
 
 
 def test_truncated_csv_is_refused_by_load_and_view(csv_text, tmp_path):
-    from pytorch_memlab.records.saved import load
+    from pytorch_memlab.reports.saved_profile import load
     assert _lines(load(tmp_path / "p.csv")) == _lines(load(tmp_path / "p.json"))
     for how, text in _cuts(csv_text):
         if text.count("\n") < 1:
@@ -129,7 +129,7 @@ def test_truncated_csv_is_refused_by_load_and_view(csv_text, tmp_path):
 
 
 def test_csv_written_before_the_closing_row_still_loads(csv_text, tmp_path):
-    from pytorch_memlab.records.saved import load
+    from pytorch_memlab.reports.saved_profile import load
     rows = csv_text.splitlines(True)
     assert rows[0].startswith('"qualname",') and rows[-1] == "#end,5\n"
     old = rows[0][len('"qualname"'):]

@@ -16,7 +16,7 @@ def view(path: str, output: Optional[str], hide_unrun: bool = False,
         return _view_ranks(path, output)
     if not os.path.exists(path):
         raise CommandError(f"{path}: no such file")
-    from ..records.saved import load
+    from ..reports.saved_profile import load
     try:
         saved = load(path)
     except (OSError, ValueError, TypeError, KeyError) as exc:  # UnicodeDecodeError is a ValueError

@@ -20,7 +20,8 @@ from .timeline import Timeline
 from .tracers import LiveTuple, TracerSet
 from ..records.columns import ColumnsArg, normalize_columns, pick_columns
 from ..records.curve import DEFAULT_CURVE, CurveArg, check_curve
-from .functions import CodesByIdentity, FunctionEntry, compiled_by_dynamo, resolve_function
+from ..common.callables import compiled_by_dynamo, resolve_function
+from .functions import CodesByIdentity, FunctionEntry
 from .tracer_tables import Raised, build_records
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ import types
 from typing import Any, Callable, Optional
 
 from ..sources import native
-from .functions import resolve_function
+from ..common.callables import resolve_function
 from .profiler import LineProfiler
 
 # Runs after each outermost call of a thread, with the exception that escaped.
