@@ -55,5 +55,5 @@ def __dir__() -> list[str]:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext pytorch_memlab``: registers %mlrun / %%mlrun."""
-    from pytorch_memlab.magics import load_ipython_extension as load
+    from pytorch_memlab.integrations.magics import load_ipython_extension as load
     load(ipython)

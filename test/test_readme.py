@@ -140,14 +140,15 @@ def test_readme_shell_blocks(tmp_path):
 
 def test_how_it_works_names_every_module():
     """README's "How it works" stays the map of the package: each module is
-    named there (mem_reporter/, courtesy/ and pytest_plugin/ by folder)."""
+    named there (mem_reporter/, courtesy/ and integrations/pytest_plugin/ by
+    folder)."""
     text = README.read_text()
     section = text[text.index("## How it works"):]
     section = section[:section.index("\n## ", 1)]
     package = ROOT / "pytorch_memlab"
-    by_folder = {"mem_reporter", "courtesy", "pytest_plugin"}
+    by_folder = ("mem_reporter/", "courtesy/", "integrations/pytest_plugin/")
     missing = [str(path.relative_to(package)) for path in sorted(package.rglob("*.py"))
                if path.name not in ("__init__.py", "__main__.py")
-               and path.relative_to(package).parts[0] not in by_folder
+               and not path.relative_to(package).as_posix().startswith(by_folder)
                and f"`{path.name}`" not in section]
     assert not missing, f"README's How it works does not name {missing}"

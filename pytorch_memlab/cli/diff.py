@@ -5,7 +5,7 @@ import argparse
 import os
 import sys
 
-from .command import CommandError
+from .command import CommandError, Verb, column_option, option, output_option
 from .stdout import print_tables
 
 
@@ -44,3 +44,24 @@ def run_diff(args: argparse.Namespace) -> int:
                   f"(--fail-over {args.fail_over})", file=sys.stderr)
         return 1 if grown or gone else 0
     return 0
+
+
+class DiffCommand(Verb):
+    name = "diff"
+    help = "compare two saved profiles line by line"
+    needs_torch = False
+    description = ("Compare two profiles (.json, .csv, or folders of rank files): per function "
+                   "(by qualname and device) each line's old, new and change, lines matched by "
+                   "their code text.")
+    options = (
+        option("old", help="the earlier profile"),
+        option("new", help="the later profile"),
+        column_option("a column to compare (repeatable; default: all)"),
+        output_option("OUT.html", "also write the comparison as HTML"),
+        option("--fail-over", metavar="SIZE|PCT",
+               help="exit 1 when a function's peak grew by more than this (e.g. 16MiB, 5%%, 0), "
+                    "or a rank, device or function of OLD is missing from NEW"),
+    )
+
+    def run(self, args: argparse.Namespace) -> int:
+        return run_diff(args)

@@ -1,5 +1,6 @@
 """The line profiler's Python face over the C tracer (pytorch_memlab._tracer)
-and the memory sources (pytorch_memlab.sources, whose native.py is the boundary to both)."""
+and the memory sources (``pytorch_memlab.sources``, whose ``native.py`` is
+the boundary to both)."""
 from ..common.devices import reset_target_gpu, set_target_gpu, target_gpu
 from ..common.sizes import readable_size
 from ..records.document import SCHEMA_VERSION

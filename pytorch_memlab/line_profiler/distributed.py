@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .records.ranks import rank_path, read_rank_dir, write_rank_file
-from .reports.rank_table import merged_text
+from ..records.ranks import rank_path, read_rank_dir, write_rank_file
+from ..reports.rank_table import merged_text
 
 
 OUT_ENV = "PYTORCH_MEMLAB_OUT"
