@@ -1,4 +1,4 @@
-"""The memory curve of one call (issue 27): recorded by the C tracer, carried
+"""The memory curve of one call: recorded by the C tracer, carried
 into stats(), the JSON file and load(), printed by `view --curve`; plus the
 tables' hide_unrun and their spacing.
 

@@ -1,5 +1,4 @@
-"""Reporters read what a column is from the profile (issue 24, "Reporters that
-are used as such"): a saved JSON records each column's kind and unit
+"""Reporters read what a column is from the profile: a saved JSON records each column's kind and unit
 (``column_meanings``, schema version 2), an older file gets them by torch's
 naming rule at load, a report shows a figure by the unit the document gives,
 and viewing a saved profile never reaches the native boundary."""
