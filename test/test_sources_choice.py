@@ -99,3 +99,11 @@ def test_flatten_matches_memory_stats_rules():
     assert list(flat) == ["active_bytes.all.current", "active_bytes.all.peak",
                           "num_ooms", "reserved_bytes_by_private_pools.0_1.all.current"]
     assert flat["reserved_bytes_by_private_pools.0_1.all.current"] == 7
+
+
+def test_warnings_name_the_line_that_asked(no_shim, monkeypatch):
+    monkeypatch.setattr(choice, "_warned_resets", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sources.get_source("cuda", ("active_bytes.all.peak",))
+    assert [w.filename for w in caught] == [__file__, __file__]   # polled peaks, the fallback

@@ -56,6 +56,9 @@ class SourceChoice:
 
 _warned = False
 _warned_resets = False
+# A warning names the line that called get_source() or accept(): the warning
+# helper, _accept, then get_source or accept, then that caller.
+_CALLER = 4
 
 
 def _warn_fallback(error: Optional[BaseException]) -> None:
@@ -67,7 +70,7 @@ def _warn_fallback(error: Optional[BaseException]) -> None:
         f"pytorch_memlab: the compiled torch shim is unavailable ({error}); reading "
         "CUDA memory through torch._C._cuda_memoryStats instead, which is much slower "
         f"per profiled line.  Rebuild it against the installed torch: {rebuild_command()}",
-        RuntimeWarning, stacklevel=3)
+        RuntimeWarning, stacklevel=_CALLER)
 
 
 def cuda_push_choice(columns: Optional[Iterable[str]] = None) -> tuple[Any, Optional[str]]:
@@ -134,7 +137,7 @@ def _warn_resets(columns: Sequence[str], why: Optional[str]) -> None:
         "resets the device's peak statistics at every profiled line, so "
         "torch.cuda.max_memory_allocated() and every *.peak of torch.cuda.memory_stats() "
         "will not be your program's own while profiling",
-        RuntimeWarning, stacklevel=3)
+        RuntimeWarning, stacklevel=_CALLER)
 
 
 def _no_cpu_source(error: Optional[BaseException]) -> RuntimeError:
@@ -147,10 +150,16 @@ def _no_cpu_source(error: Optional[BaseException]) -> RuntimeError:
 def get_source(kind: str, columns: Optional[Iterable[str]] = None) -> Source:
     """The source ``choose(kind, columns)`` picks (``accept``)."""
     wanted = None if columns is None else tuple(columns)
-    return accept(choose(kind, wanted), wanted)
+    return _accept(choose(kind, wanted), wanted)
 
 
 def accept(choice: SourceChoice, columns: Optional[Sequence[str]] = None) -> Source:
+    """``choice.source``, with what the choice means for the user reading
+    ``columns`` (``_accept``)."""
+    return _accept(choice, columns)
+
+
+def _accept(choice: SourceChoice, columns: Optional[Sequence[str]]) -> Source:
     """``choice.source``, with what the choice means for the user reading
     ``columns``: one warning per process when a *.peak column is polled
     (polling resets the device's peaks at every line); without the shim,
