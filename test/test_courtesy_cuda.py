@@ -9,7 +9,8 @@ import torch
 from pytorch_memlab.courtesy import Courtesy
 
 from helpers import MiB  # noqa: E402
-from test_courtesy import adam, assert_same_values, needs_cuda, snapshot, state_tensors, tied_model, train_beside_reference, train_step  # noqa: E402
+from test_courtesy import (adam, assert_same_values, needs_cuda, snapshot, state_tensors,  # noqa: E402
+                           tied_model, train_beside_reference, train_step)
 
 
 # --- CUDA: the real device -------------------------------------------------

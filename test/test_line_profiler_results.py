@@ -9,7 +9,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("pytorch_memlab._torchshim")
 
 from pytorch_memlab import LineProfiler  # noqa: E402
-from test_line_profiler import MONITORING, PEAK, assert_no_hook, grow_then_free, one_mib, outer_calls, prof_factory  # noqa: E402
+from test_line_profiler import (MONITORING, PEAK, assert_no_hook, grow_then_free, one_mib,  # noqa: E402
+                                outer_calls, prof_factory)
 
 
 # ---- columns ----------------------------------------------------------------------
