@@ -3,12 +3,14 @@
 #   make check   from a clean checkout: make the environments below, then
 #                test and asan (what .ci/run runs)
 #   make build   build the extensions in place for every Python below
-#   make test    typecheck and docs, then the whole suite with torch on
-#                $(PYTHON) and on each of $(TORCH_PYTHONS) (there once per
-#                tracer mechanism); the tracer tests on each of
+#   make test    typecheck, lint-imports and docs, then the whole suite with
+#                torch on $(PYTHON) and on each of $(TORCH_PYTHONS) (there once
+#                per tracer mechanism); the tracer tests on each of
 #                $(TRACER_PYTHONS), once per mechanism
 #   make typecheck  mypy --strict on the package, on $(PYTHON) ([tool.mypy] in
 #                pyproject.toml; mypy comes with the test extras)
+#   make lint-imports  the package's layers, checked by import-linter
+#                ([tool.importlinter] in pyproject.toml; a test extra too)
 #   make docs    the manual (docs/, mkdocs.yml) built with mkdocs build --strict
 #                into build/site: a broken link or anchor, or a page left out of
 #                the nav, fails it (mkdocs comes with the test extras)
@@ -51,7 +53,7 @@ PY312 ?= $(or $(lastword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3)),
 PY313 ?= $(or $(lastword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3)),$(shell command -v python3.13))
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: check venvs build test typecheck docs smoke asan bench clean-asan
+.PHONY: check venvs build test typecheck lint-imports docs smoke asan bench clean-asan
 
 check: venvs
 	$(MAKE) test asan PYTHON=.venv/bin/python \
@@ -115,10 +117,16 @@ typecheck:
 docs:
 	$(PYTHON) -m mkdocs build --strict -d build/site
 
+# The layers of [tool.importlinter] in pyproject.toml (function-level imports
+# included): needs no build either.
+LINT_IMPORTS ?= $(dir $(PYTHON))lint-imports
+lint-imports:
+	$(LINT_IMPORTS)
+
 # The slow tests build packages in fresh venvs with the pinned CPU torch
 # (TORCH_SPEC, 3.11 only) and do not depend on the tracer mechanism: they run
 # once, on $(PYTHON).
-test: smoke typecheck docs
+test: smoke typecheck lint-imports docs
 	echo "== $(PYTHON): the whole suite"
 	PYTHONPATH=$(CURDIR) $(PYTHON) -m pytest $(PYTEST_FLAGS) $(XDIST) test
 	for py in $(TORCH_PYTHONS); do \

@@ -1,5 +1,5 @@
 """Unrelated code under ``python -m pytorch_memlab run -f step`` beside the
-same code under ``@profile`` (issue 31), each over the plain script.
+same code under ``@profile``, each over the plain script.
 
 One script, three ways, each in a fresh interpreter: ``python prog.py``
 (plain), the same with ``step = profile(step)`` (decorator), and ``python -m
@@ -7,7 +7,7 @@ pytorch_memlab run -f step prog.py`` (cli).  The script calls ``step`` (a
 small tensor step) once, then times an unrelated pure-Python loop that
 calls a helper (thread CPU time, median of repeats, gc off).  A ratio is a
 round's time over the plain run of the same round; rounds rotate the order
-of the three; the figure is the median over rounds.  Target (issue 31): the
+of the three; the figure is the median over rounds.  Target: the
 CLI <= 1.05x, as the decorator.  The script also reports whether the
 unrelated code saw a trace function (``sys.gettrace()``).
 

@@ -28,7 +28,8 @@ import time
 
 from pytorch_memlab.__main__ import main as cli_main
 from pytorch_memlab.common.align import align
-from pytorch_memlab.diffing import diff, render_text
+from pytorch_memlab.records.diff import diff
+from pytorch_memlab.reports.diff_text import render_diff_text
 from pytorch_memlab.records.model import FunctionRecord, LineRecord, Profile
 from pytorch_memlab.records.saved import save
 
@@ -115,7 +116,7 @@ def main():
           f"{sum(1 for s in stripped[0] if not s):,} blank in OLD")
     print(f"align:            {timed(lambda: align(*stripped))}")
     print(f"diff (align, blame): {timed(lambda: diff(old, new))}")
-    print(f"render_text:      {timed(lambda: render_text(result))}")
+    print(f"render_text:      {timed(lambda: render_diff_text(result))}")
     shuffled = list(stripped[0][:4000])
     rng.shuffle(shuffled)
     print(f"align, 4,000 lines reordered: "
@@ -124,7 +125,7 @@ def main():
         paths = [os.path.join(tmp, "old.json"), os.path.join(tmp, "new.json")]
         save(old, paths[0])
         save(new, paths[1])
-        assert cli_in_process(paths) == render_text(result)
+        assert cli_in_process(paths) == render_diff_text(result)
         print(f"CLI diff OLD NEW (in process): {timed(lambda: cli_in_process(paths))}")
         print(f"CLI diff OLD NEW (subprocess): {timed(lambda: cli_subprocess(paths), True)}")
 

@@ -1,4 +1,4 @@
-"""The cost of following each block for ``held_at_peak`` (issue 26), on the CPU
+"""The cost of following each block for ``held_at_peak``, on the CPU
 or on CUDA (--device cuda):
 
   unprofiled loop   100,000 small tensor allocations in a function that is not

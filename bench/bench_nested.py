@@ -1,4 +1,4 @@
-"""The realistic nested case of bench_torch.py (issue 11): a
+"""The realistic nested case of bench_torch.py: a
 TransformerEncoderLayer(512, 8, 2048) forward with ``forward``, ``_sa_block``,
 ``_ff_block`` and ``MultiheadAttention.forward`` profiled.
 

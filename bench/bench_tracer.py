@@ -15,7 +15,7 @@ Columns of the table:
   callee     the same unrelated function called from inside a profiled
              function, over the same call with no tracer.
   +curve ns  ns per line event that recording the memory curve of a call
-             adds (issue 27): the hot loop under a Tracer with curve="peak"
+             adds: the hot loop under a Tracer with curve="peak"
              minus under the same Tracer with curve=None, paired side by
              side; target <= 20 ns.
 
@@ -23,7 +23,7 @@ Timings alternate on and off in adjacent pairs (the order flips each repeat)
 and each figure is the median over pairs, which keeps slow drift out.  A
 shared machine also makes whole processes fast or slow, so --all runs each
 mechanism in several fresh processes and reports medians over them.
-Targets (issue 2): <= 100 ns/line on 3.12+ (<= 150 on 3.11), unrelated
+Targets: <= 100 ns/line on 3.12+ (<= 150 on 3.11), unrelated
 <= 1.02x on 3.12+.
 
   PYTHONPATH=. python bench/bench_tracer.py        # this process's mechanism

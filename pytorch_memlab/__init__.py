@@ -21,8 +21,8 @@ _EXPORTS = {
     "load": "pytorch_memlab.line_profiler",
     "MemReporter": "pytorch_memlab.mem_reporter",
     "Courtesy": "pytorch_memlab.courtesy",
-    "info": "pytorch_memlab.source_info",
-    "diff": "pytorch_memlab.diffing",
+    "info": "pytorch_memlab.sources.info",
+    "diff": "pytorch_memlab.records.diff",
 }
 
 __all__ = sorted(_EXPORTS) + ["load_ipython_extension"]
@@ -55,5 +55,5 @@ def __dir__() -> list[str]:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext pytorch_memlab``: registers %mlrun / %%mlrun."""
-    from pytorch_memlab.magics import load_ipython_extension as load
+    from pytorch_memlab.integrations.magics import load_ipython_extension as load
     load(ipython)

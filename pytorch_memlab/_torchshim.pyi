@@ -7,13 +7,15 @@ ValueError, and a kind this torch build cannot serve a RuntimeError.
 """
 from typing import Literal, Sequence
 
+from pytorch_memlab._tracer import Capsule
+
 # PyCapsules named "pytorch_memlab.memlab_source" holding a
 # ``const memlab_source *`` (include/memlab/source.h).  The CUDA ones are
 # absent when the shim was built for a torch without them.
-cuda_source: object
-cuda_push_source: object
-cuda_push_counted_source: object
-cpu_source: object
+cuda_source: Capsule
+cuda_push_source: Capsule
+cuda_push_counted_source: Capsule
+cpu_source: Capsule
 
 ABI_VERSION: int
 """MEMLAB_SOURCE_ABI_VERSION the shim was built with."""

@@ -28,17 +28,40 @@ declares (a capsule in its memlab_field table, a Python source in ``kinds``):
   "level"   -> value at the end of the line; over executions: max
 """
 from types import CodeType
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Protocol, Sequence, TypeAlias, Union, final
+
+@final
+class Capsule:
+    """A PyCapsule named "pytorch_memlab.memlab_source" (the torch shim's
+    sources, ``_testsource``'s): a type for annotations only (there is no
+    such class at run time; ``types.CapsuleType`` from Python 3.13)."""
+
+class PythonSource(Protocol):
+    """A source written in Python (the CUDA fallback, the tests' sources);
+    ``units`` is optional, and so is the push path (``open_reader``,
+    ``close_reader``, ``read``), which is not typed here."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def fields(self) -> tuple[str, ...]: ...
+    @property
+    def kinds(self) -> tuple[str, ...]: ...
+    def prepare(self, device: int) -> None: ...
+    def sample(self, device: int) -> Sequence[int]: ...
+    def reset_peaks(self, device: int) -> None: ...
+
+# What the tracer reads: a capsule it calls in C, or a Python source.
+Source: TypeAlias = Union[Capsule, PythonSource]
 
 MECHANISM: str
 CURVE_MAX_POINTS: int
 """"monitoring" (sys.monitoring, 3.12+) or "settrace" (PyEval_SetTrace).
 Set PYTORCH_MEMLAB_TRACER=settrace before import to force the latter."""
 
-def source_info(source: Any, /) -> tuple[str, tuple[str, ...]]:
+def source_info(source: Source, /) -> tuple[str, tuple[str, ...]]:
     """(name, fields) of a capsule or Python source."""
 
-def field_table(source: Any, /) -> tuple[tuple[str, str, str], ...]:
+def field_table(source: Source, /) -> tuple[tuple[str, str, str], ...]:
     """(name, kind, unit) of each field of a capsule or Python source: kind
     "level", "peak" or "counter", unit "count" or "bytes"."""
 
@@ -92,7 +115,7 @@ class Tracer:
     def peak_unavailable(self) -> str | None:
         """Why ``peaks()`` has no breakdown (a polled source, memory ran out,
         the device changed), or None."""
-    def __init__(self, source: Any, device: int, columns: Sequence[str],
+    def __init__(self, source: Source, device: int, columns: Sequence[str],
                  growth_field: str | None = None, curve: str | int | None = None,
                  curve_columns: tuple[str | None, str | None] | None = None,
                  follow_blocks: bool = True) -> None:

@@ -1,4 +1,4 @@
-"""The HTML report (public entry point; the renderer is ``reports.html_report``).
+"""The public path of the HTML report; it is rendered in ``reports/html_page.py``.
 
     from pytorch_memlab.html_report import write_report
     write_report(profiler, "report.html")      # or a SavedProfile, or a saved file's path

@@ -1,6 +1,6 @@
 """``run -f``: each profiled function is wrapped as it is created, as
-``@profile`` wraps it, so the trace hook is on only during profiled calls
-(issue 31): unprofiled code sees ``sys.gettrace()`` None on the settrace
+``@profile`` wraps it, so the trace hook is on only during profiled calls:
+unprofiled code sees ``sys.gettrace()`` None on the settrace
 path, and every table is the decorator's, threads, generators, methods and
 recursion included.  Each case runs in a fresh interpreter."""
 import asyncio

@@ -1,4 +1,4 @@
-"""CPU figures start from what is alive (issue 25): the CPU storages alive when
+"""CPU figures start from what is alive: the CPU storages alive when
 counting begins (the first CPU profile) are counted as live, so a level
 means the same whichever function was profiled first, and freeing one of
 them later lowers the level by exactly its bytes.  Each case runs in a fresh

@@ -1,4 +1,4 @@
-"""The memory curve of one call (issue 27): recorded by the C tracer, carried
+"""The memory curve of one call: recorded by the C tracer, carried
 into stats(), the JSON file and load(), printed by `view --curve`; plus the
 tables' hide_unrun and their spacing.
 
@@ -206,7 +206,8 @@ def nested_callee():
 def cpu():
     pytest.importorskip("torch")
     pytest.importorskip("pytorch_memlab._torchshim")
-    from pytorch_memlab import LineProfiler, native
+    from pytorch_memlab import LineProfiler
+    from pytorch_memlab.sources import native
     return LineProfiler, native
 
 

@@ -1,4 +1,4 @@
-"""On the device (issue 27): a TransformerEncoder train step's curve on CUDA,
+"""On the device: a TransformerEncoder train step's curve on CUDA,
 its peak event equal to the table's peak.  Run with -s: the figures print."""
 import pytest
 

@@ -1,4 +1,4 @@
-"""The curve in the HTML report, in real headless Chromium (issue 27): no
+"""The curve in the HTML report, in real headless Chromium: no
 console errors, one point per kept event, hover shows the line's code, a
 click scrolls its table row into view, the screenshot is not blank, and the
 render time of a 100,000-point curve (printed; run with -s to see it)."""

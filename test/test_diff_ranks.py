@@ -10,8 +10,8 @@ pytest.importorskip("pytorch_memlab._torchshim")
 
 import pytorch_memlab  # noqa: E402
 from pytorch_memlab import LineProfiler  # noqa: E402
-from pytorch_memlab.diffing import render_html  # noqa: E402
-from pytorch_memlab.distributed import write_rank_file  # noqa: E402
+from pytorch_memlab.records.ranks import write_rank_file  # noqa: E402
+from pytorch_memlab.reports.diff_html import render_diff_html  # noqa: E402
 
 from helpers import MiB  # noqa: E402
 from helpers import diff_cli as cli  # noqa: E402
@@ -85,4 +85,4 @@ def test_a_rank_on_one_side_is_named_and_fails_the_gate(tmp_path):
     result = pytorch_memlab.diff(old, new)
     assert [fd.device for fd in result.functions] == ["rank0:cpu"]
     assert [item.text() for item in result.one_side] == ["only in OLD: rank 1"]
-    assert '<p class="one-side">only in OLD: rank 1</p>' in render_html(result)
+    assert '<p class="one-side">only in OLD: rank 1</p>' in render_diff_html(result)

@@ -83,7 +83,7 @@ def test_round_trip_prints_and_displays_identically(prof, tmp_path, ext):
         assert saved._repr_html_() == prof.display()._repr_html_()
         assert saved.display()._repr_html_() == prof.display()._repr_html_()
         assert saved.stats() == prof.stats()
-    else:   # the CSV carries no curve (issue 27): the rest is the same
+    else:   # the CSV carries no curve: the rest is the same
         assert "<svg" not in saved._repr_html_()
         assert _no_curve(saved.stats()) == _no_curve(prof.stats())
     # the same selections as the live profiler

@@ -1,4 +1,4 @@
-"""What was alive at each function's peak, by the line that made it (issue 26):
+"""What was alive at each function's peak, by the line that made it:
 real CPU tensors through the counting allocator, exact bytes.  The cases
 whose figures are the same in whole CUDA blocks run on the GPU too, where one
 is present (marked cuda)."""

@@ -1,4 +1,4 @@
-"""What was alive at the peak, on CUDA (issue 26): skipped without a GPU, run
+"""What was alive at the peak, on CUDA: skipped without a GPU, run
 on the device.  Figures are whole allocator blocks, as active_bytes counts
 them; every breakdown is checked to sum to the peak its table shows.  Prints
 the figures it checks."""

@@ -12,7 +12,9 @@ from helpers import MiB
 
 torch = pytest.importorskip("torch")
 shim = pytest.importorskip("pytorch_memlab._torchshim")
-from pytorch_memlab import LineProfiler, _tracer, native  # noqa: E402
+from pytorch_memlab import LineProfiler, _tracer, sources  # noqa: E402
+from pytorch_memlab.mem_reporter.collect import cpu_storages  # noqa: E402
+from pytorch_memlab.sources import native  # noqa: E402
 
 PEAK = "active_bytes.all.peak"
 CURRENT = "active_bytes.all.current"
@@ -150,7 +152,7 @@ def test_profiles_started_while_torchscript_churns_start_from_the_exact_level(ch
 
 
 def cpu_tracer(func, follow_blocks=True):
-    native.prepare("cpu", 0)
+    sources.prepare("cpu", 0, cpu_storages)
     capsule, _ = native.shim_capsule("cpu")
     t = _tracer.Tracer(capsule, 0, [PEAK], growth_field=CURRENT, follow_blocks=follow_blocks)
     t.add_code(func.__code__)

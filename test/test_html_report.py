@@ -71,7 +71,7 @@ def test_self_contained_with_a_bar_per_figure(profile_path):
     assert set(re.findall(r"https?://[^\"' ]+", text)) == {"http://www.w3.org/2000/svg"}
     assert text.count('class="bar"') == text_bars(saved)
     assert text.count('<table class="prof"') == 3
-    curves = sum(1 for r in saved.stats() if r.get("curve"))   # issue 27: one SVG each
+    curves = sum(1 for r in saved.stats() if r.get("curve"))   # one SVG each
     assert text.count('<svg class="timeline"') == 1 and "<polyline" in text
     assert text.count("<svg") == 1 + curves
     assert "#d65f5f" in text                       # shrink()'s negative net growth
@@ -241,7 +241,7 @@ def test_chromium_shows_table_bars_and_timeline(profile_path, tmp_path):
     url = report.as_uri()
 
     shot = tmp_path / "shot.png"
-    # tall: the column legend and the curves (issue 27) come before the tables
+    # tall: the column legend and the curves come before the tables
     out = chromium(tmp_path, f"--screenshot={shot}", "--window-size=1000,2600", url)
     assert console_messages(out.stderr) == []
     width, height, rows, bpp = read_png(shot)
@@ -256,7 +256,7 @@ def test_chromium_shows_table_bars_and_timeline(profile_path, tmp_path):
     assert console_messages(dom.stderr) == []
     assert dom.stdout.count('<table class="prof"') == 3
     curves = sum(1 for r in load(profile_path).stats() if r.get("curve"))
-    assert dom.stdout.count("<polyline") == 2 + 3 * curves   # issue 27: 3 lines per curve
+    assert dom.stdout.count("<polyline") == 2 + 3 * curves   # 3 lines per curve
     assert "## " not in dom.stdout and "step" in dom.stdout
 
 

@@ -41,7 +41,7 @@ def test_importing_pytorch_memlab_imports_no_framework():
         import sys
         import pytorch_memlab
         from pytorch_memlab import LineProfiler, profile, load
-        import pytorch_memlab.step_profiler, pytorch_memlab.line_profiler
+        import pytorch_memlab.integrations.step_profiler, pytorch_memlab.line_profiler
         loaded = [m for m in {FRAMEWORK_MODULES!r} if m in sys.modules]
         assert not loaded, loaded
         print("ok")

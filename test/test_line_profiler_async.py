@@ -1,6 +1,6 @@
 """What an unprofiled callee allocates after an await resumes is charged to
-the awaiting line, under both mechanisms (settrace used to lose it: the
-resumed frame had no current line until the next line event)."""
+the awaiting line, under both mechanisms (on settrace the resumed frame has
+no current line until its next line event: the resume gives it one)."""
 import asyncio
 
 import pytest

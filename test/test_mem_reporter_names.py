@@ -1,6 +1,6 @@
 """MemReporter names a tensor that is no model state by the variable that
 holds it in the calling frames, and, while a profiler reads the CPU, by the
-profiled line that allocated it (issue 26): real CPU tensors, exact bytes."""
+profiled line that allocated it: real CPU tensors, exact bytes."""
 import gc
 import weakref
 

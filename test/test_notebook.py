@@ -141,7 +141,7 @@ def test_saved_demo_has_outputs_and_no_errors():
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in code), "save demo.ipynb executed"
     assert not any(o["output_type"] == "error" for c in code for o in c.outputs)
-    # saved before the held-at-peak column (issue 26) or after it
+    # saved before the held-at-peak column or after it
     assert HEADER in text_of(cell_with(nb, "%mlrun -f train_step")) \
         or HEADER.replace("held at  ", "") in text_of(cell_with(nb, "%mlrun -f train_step"))
 

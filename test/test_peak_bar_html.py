@@ -1,4 +1,4 @@
-"""The HTML report's bar of what each function's peak is made of (issue 26):
+"""The HTML report's bar of what each function's peak is made of:
 a real CPU profile, exact bytes, read back from the written page with the
 standard library's HTML parser; then laid out in headless Chromium (skipped
 without it)."""

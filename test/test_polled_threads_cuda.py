@@ -1,4 +1,4 @@
-"""Polled CUDA columns and threads (issue 25), on the device: a line open on
+"""Polled CUDA columns and threads, on the device: a line open on
 thread A while thread B runs a profiled line keeps the device's figures over
 its whole span.  The columns are polled (allocated_bytes.* is not pushed),
 under the native allocator and under cudaMallocAsync (which is always
@@ -90,7 +90,7 @@ def test_line_open_on_another_thread_keeps_its_figures(tmp_path, backend):
     # A's line: the device's figures over its whole span, B's line included
     assert (allocated, freed) == (delta["allocated_bytes.all.allocated"],
                                   delta["allocated_bytes.all.freed"]), err
-    # before the fix, B's polls reset the peak A's line reached: it read b's level
+    # B's polls must not reset the peak A's line reached (it would read b's level)
     assert peak >= base + size["a"], err
     if backend == "native":
         assert current == after["allocated_bytes.all.current"]

@@ -10,7 +10,7 @@ from helpers import MiB, by_line, line_of, run_script  # noqa: E402
 torch = pytest.importorskip("torch")
 
 from pytorch_memlab import LineProfiler, load  # noqa: E402
-from pytorch_memlab import postmortem  # noqa: E402
+from pytorch_memlab.line_profiler import postmortem  # noqa: E402
 from pytorch_memlab.reports import postmortem_text  # noqa: E402
 from pytorch_memlab.line_profiler.timeline import read_totals  # noqa: E402
 

@@ -1,5 +1,5 @@
 """The out-of-memory post-mortem's "live at the failure, by the line that
-allocated it" (issue 26): real CPU tensors through the counting allocator, a
+allocated it": real CPU tensors through the counting allocator, a
 real allocation failure (2**62 bytes), exact bytes.  The parts must add up to
 the allocated bytes the post-mortem reports, read at the same moment."""
 import json
@@ -11,7 +11,7 @@ from helpers import MiB, by_line, line_of
 torch = pytest.importorskip("torch")
 
 from pytorch_memlab import LineProfiler, load  # noqa: E402
-from pytorch_memlab import postmortem  # noqa: E402
+from pytorch_memlab.line_profiler import postmortem  # noqa: E402
 from pytorch_memlab.line_profiler.timeline import read_totals  # noqa: E402
 from pytorch_memlab.reports.postmortem_text import format_postmortem  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Push-based accounting on CPU (issue 11): a line's peak is read from its own
+"""Push-based accounting on CPU: a line's peak is read from its own
 thread's peak register and its allocated / freed columns count only what its
 own thread did, so concurrent readers never reset or steal each other's bytes,
 and the allocator's own peak statistics are never reset by profiling."""

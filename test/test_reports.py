@@ -1,5 +1,4 @@
-"""Reporters read what a column is from the profile (issue 24, "Reporters that
-are used as such"): a saved JSON records each column's kind and unit
+"""Reporters read what a column is from the profile: a saved JSON records each column's kind and unit
 (``column_meanings``, schema version 2), an older file gets them by torch's
 naming rule at load, a report shows a figure by the unit the document gives,
 and viewing a saved profile never reaches the native boundary."""
@@ -105,7 +104,7 @@ def test_bad_column_meanings_name_the_file_and_the_column(tmp_path, meanings, me
 _WATCH = """
 import atexit, runpy, sys
 def report():
-    seen = sorted(m for m in ("pytorch_memlab.native", "pytorch_memlab._tracer",
+    seen = sorted(m for m in ("pytorch_memlab.sources.native", "pytorch_memlab._tracer",
                               "pytorch_memlab._torchshim", "torch") if m in sys.modules)
     print("IMPORTED:" + ",".join(seen), file=sys.stderr)
 atexit.register(report)
@@ -130,12 +129,12 @@ def test_view_of_a_saved_profile_never_imports_native(tmp_path, extra):
 def test_loading_and_rendering_never_import_native(tmp_path):
     (tmp_path / "p.json").write_text(json.dumps(_doc(["active_bytes.all.peak"], version=1)))
     code = ("import sys\n"
-            "from pytorch_memlab.records.saved import load\n"
+            "from pytorch_memlab.reports.saved_profile import load\n"
             "from pytorch_memlab.html_report import render_report\n"
             "saved = load('p.json')\n"
             "text = repr(saved) + saved._repr_html_() + render_report(saved)\n"
             "assert '1.00M' in text\n"
-            "print('pytorch_memlab.native' in sys.modules)\n")
+            "print('pytorch_memlab.sources.native' in sys.modules)\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)

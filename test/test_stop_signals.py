@@ -163,7 +163,7 @@ def _two_writers_at_once(monkeypatch, write):
 
 def test_two_writers_of_one_file_use_two_temporary_files(tmp_path, monkeypatch):
     from pytorch_memlab.cli.run import _replace
-    from pytorch_memlab.distributed import write_rank_file
+    from pytorch_memlab.records.ranks import write_rank_file
 
     def write_text(data, path):
         with open(path, "w") as f:

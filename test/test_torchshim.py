@@ -1,5 +1,5 @@
-"""The torch shim (src/torchshim/) and its Python face: pytorch_memlab.native
-(the boundary), sources (which source a profiler reads) and cuda_fallback.
+"""The torch shim (src/torchshim/) and its Python face: pytorch_memlab.sources:
+native (the boundary), choice (which source a profiler reads) and cuda_fallback.
 
 CPU tests run everywhere torch does; CUDA tests skip without a GPU.  Tests
 that could abort the process (a bad allocator wrapper trips internal asserts
@@ -10,13 +10,13 @@ import subprocess
 import sys
 import textwrap
 import threading
-import warnings
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytorch_memlab import _install, cuda_fallback, native, sources  # noqa: E402
+from pytorch_memlab import sources  # noqa: E402
+from pytorch_memlab.sources import cuda_fallback  # noqa: E402
 from pytorch_memlab.records.meanings import torch_meaning  # noqa: E402
 
 shim = pytest.importorskip("pytorch_memlab._torchshim")
@@ -308,76 +308,3 @@ def test_cuda_fallback_agrees_with_shim(cuda_ready):
     assert list(fallback.sample(0)) == list(shim.sample("cuda", 0))
     del x
     assert cuda_fallback.flatten_stats(torch._C._cuda_memoryStats(0)) == dict(torch.cuda.memory_stats(0))
-
-
-# --------------------------------------------------------------------------
-# sources: the shim path and the fallback path
-
-
-def test_get_source_returns_capsules():
-    assert sources.get_source("cpu") is shim.cpu_source
-    if hasattr(shim, "cuda_source"):
-        assert sources.get_source("cuda") is shim.cuda_source
-    assert sources.source_fields("cpu") == shim.fields("cpu")
-    with pytest.raises(ValueError, match="unknown source kind"):
-        sources.get_source("tpu")
-
-
-@pytest.fixture
-def no_shim(monkeypatch):
-    def broken():
-        raise ImportError("simulated: undefined symbol after a torch upgrade")
-
-    monkeypatch.setattr(native, "import_shim", broken)
-    monkeypatch.setattr(native, "_shim_state", None)
-    monkeypatch.setattr(sources, "_warned", False)
-    monkeypatch.delenv(sources.REQUIRE_SHIM_ENV, raising=False)
-
-
-def test_fallback_warns_once(no_shim):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        first = sources.get_source("cuda")
-        second = sources.get_source("cuda")
-    messages = [str(w.message) for w in caught]
-    assert len(messages) == 1, messages
-    assert _install.rebuild_command() in messages[0]
-    assert "simulated" in messages[0]
-    for source in (first, second):
-        assert isinstance(source, cuda_fallback.CudaFallbackSource)
-        assert source.name == "cuda"
-    if torch.cuda.is_available():
-        assert len(first.fields) >= 122
-    else:
-        for ask in (first.prepare, lambda _: first.fields):
-            with pytest.raises(RuntimeError, match="CUDA is not available"):
-                ask(0)
-
-
-def test_fallback_cpu_is_a_clear_error(no_shim):
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no fallback warning for CPU: it is an error
-        with pytest.raises(RuntimeError, match="CPU memory profiling needs") as info:
-            sources.get_source("cpu")
-    assert _install.rebuild_command() in str(info.value)
-    with pytest.raises(RuntimeError, match="CPU memory profiling needs"):
-        sources.source_fields("cpu")
-
-
-def test_require_shim_env_makes_missing_shim_an_import_error(no_shim, monkeypatch):
-    monkeypatch.setenv(sources.REQUIRE_SHIM_ENV, "1")
-    for kind in ("cuda", "cpu"):
-        with pytest.raises(ImportError, match=sources.REQUIRE_SHIM_ENV):
-            sources.get_source(kind)
-
-
-def test_flatten_matches_memory_stats_rules():
-    nested = {
-        "num_ooms": 0,
-        "active_bytes": {"all": {"peak": 5, "current": 2}},
-        "reserved_bytes_by_private_pools": {(0, 1): {"all": {"current": 7}}},
-    }
-    flat = cuda_fallback.flatten_stats(nested)
-    assert list(flat) == ["active_bytes.all.current", "active_bytes.all.peak",
-                          "num_ooms", "reserved_bytes_by_private_pools.0_1.all.current"]
-    assert flat["reserved_bytes_by_private_pools.0_1.all.current"] == 7

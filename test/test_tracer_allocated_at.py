@@ -5,7 +5,8 @@ import pytest
 from helpers import line_of
 
 torch = pytest.importorskip("torch")
-from pytorch_memlab import LineProfiler, native  # noqa: E402
+from pytorch_memlab import LineProfiler  # noqa: E402
+from pytorch_memlab.sources import native  # noqa: E402
 
 
 def inner():

@@ -69,7 +69,7 @@ def test_failed_reinit_keeps_no_reference():
 def test_device_index_is_not_truncated():
     t = _tracer.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
     with pytest.raises(ValueError, match="device index"):
-        t.set_device(2 ** 32)          # used to become device 0
+        t.set_device(2 ** 32)          # not wrapped round to device 0
     assert t.device == 0
 
 

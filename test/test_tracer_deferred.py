@@ -1,5 +1,5 @@
 """The breakdown of the peak when a source learns each block's size only at
-its next event or reading (issue 26), as the CUDA source does: the test
+its next event or reading, as the CUDA source does: the test
 source "deferred" pushes blocks exactly that way (with no size at the event,
 MEMLAB_SIZED later), so CI checks the protocol the device relies on."""
 import threading

@@ -280,8 +280,8 @@ def test_module_executed_again_keeps_live_state():
 
 @pytest.mark.skipif(MONITORING, reason="the settrace hook's state (monitoring: above)")
 def test_module_executed_again_keeps_the_settrace_hook():
-    # a second exec made a new thread-starter token: the old tracer's disable()
-    # no longer recognised the one in threading._trace_hook and left it set
+    # a second exec makes a new thread-starter token: the old tracer's disable()
+    # must still recognise the one in threading._trace_hook and clear it
     proc = run_fresh(ENABLED_BEFORE_REIMPORT + '''
         os.environ.pop("PYTORCH_MEMLAB_TRACER", None)   # the choice is made once
         del sys.modules["pytorch_memlab._tracer"]

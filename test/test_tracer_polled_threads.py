@@ -1,4 +1,4 @@
-"""A polled source and threads (issue 25): a poll reads the whole device, so
+"""A polled source and threads: a poll reads the whole device, so
 what it saw since the previous poll (the peak since the last reset, the
 counters' deltas) belongs to every line open on every thread, not only to
 the thread that polled.  Before, one thread's line took the peak and the

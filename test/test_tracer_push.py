@@ -1,4 +1,4 @@
-"""The tracer's push path through a source written in Python (issue 11): a
+"""The tracer's push path through a source written in Python: a
 reader per thread's stack of profiled frames, peaks from the reader's own
 register, allocated / freed from the calling thread's own counters, and no
 reset of shared state.  No torch: the "allocator" is a few integers, so every

@@ -1,5 +1,5 @@
 """Re-entry into the C core from a memory source's Python code, and the
-settrace hook's chaining (issue 30, items 1, 2, 5, 8, 12, 15).
+settrace hook's chaining.
 
 A Python memory source runs arbitrary code inside enable(), disable() and
 every event: it may call enable()/disable() again, drop the last reference
@@ -71,7 +71,7 @@ def run_child(code, timeout=30):
     return proc.stdout
 
 
-# ---- item 1: the chained trace function outlives a disable() in dispatch ----
+# ---- the chained trace function outlives a disable() in dispatch ----
 
 @settrace_only
 @pytest.mark.parametrize("how", ["disable", "drop"])
@@ -104,7 +104,7 @@ def test_dispatch_that_disables_last_tracer_keeps_foreign_function(how):
     assert out.split(None, 1) == ["ok", "['call', 'line', 'line', 'return']\n"]
 
 
-# ---- item 2: an event while a dying tracer disables itself ------------------
+# ---- an event while a dying tracer disables itself ------------------
 
 def test_event_while_dying_tracer_disables():
     # A tracer that dies while enabled disables itself in dealloc; its last
@@ -130,7 +130,7 @@ def test_event_while_dying_tracer_disables():
     assert out == "ok None\n"
 
 
-# ---- item 5: enable() / disable() re-entered ----------------------------------
+# ---- enable() / disable() re-entered ----------------------------------
 
 @pytest.mark.parametrize("then", ["event", "shutdown"])
 def test_prepare_that_enables_same_tracer(then):
@@ -233,7 +233,7 @@ def test_enable_or_disable_while_disabling():
     assert out.endswith(" None\n")
 
 
-# ---- item 8: the chained record of each thread ------------------------------
+# ---- the chained record of each thread ------------------------------
 
 @settrace_only
 def test_chained_trace_function_is_not_leaked_per_thread():
@@ -265,7 +265,7 @@ def test_chained_trace_function_is_not_leaked_per_thread():
     assert after == before
 
 
-# ---- item 12: a debugger started in an unprofiled frame ---------------------
+# ---- a debugger started in an unprofiled frame ---------------------
 
 class Stepper(bdb.Bdb):
     """Steps until `code` returns, recording the lines of `code`."""
@@ -319,7 +319,7 @@ def test_debugger_in_unprofiled_frame_gets_line_events():
     assert profiled == alone
 
 
-# ---- item 15: sys.settrace on a worker thread --------------------------------
+# ---- sys.settrace on a worker thread --------------------------------
 
 def worked():
     x = 1

@@ -1,9 +1,9 @@
 """A memory source that fails: a Python source is opened once into the
 same table of calls as a compiled one, so its failures take the sampler's
 one path.  On the control path (enable(), set_device()) the source's own
-exception reaches the caller (before issue 24, a push source's failed first
-reading was cleared and replaced by a generic RuntimeError, and a polled
-one's went to sys.unraisablehook with the generic error raised).  On the hot
+exception reaches the caller, never a generic RuntimeError in its place nor
+an unraisable error beside it, for a push source's failed first reading as
+for a polled one's.  On the hot
 path nothing is raised into the profiled code.  No torch: every source is a
 few Python integers.  The suite runs under both tracer mechanisms."""
 import sys

@@ -22,7 +22,7 @@ from helpers import MiB, checked_peak, line_of  # noqa: E402
 from pytorch_memlab import load  # noqa: E402
 from pytorch_memlab.common.sizes import readable_size  # noqa: E402
 from pytorch_memlab.reports.peak_text import peak_line  # noqa: E402
-from pytorch_memlab.step_profiler import StepProfiler  # noqa: E402
+from pytorch_memlab.integrations.step_profiler import StepProfiler  # noqa: E402
 
 STEPS, EVERY, IN, BATCH = 6, 3, 16, 2
 # each printed table: its steps, and the last, where the memory kept peaks

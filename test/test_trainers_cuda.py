@@ -1,6 +1,6 @@
 """Both training callbacks on CUDA, one run each, figures printed (run on the
-device; skipped without CUDA or without the frameworks).  The wheels the
-device needs for them are listed in the merge note of issue 29."""
+device; skipped without CUDA or without the frameworks: the device needs
+lightning, transformers and accelerate installed)."""
 import contextlib
 import io
 import os

@@ -1,9 +1,11 @@
 """What a verb of ``python -m pytorch_memlab`` is: a ``Command`` (its name,
-its arguments, what it runs), and the one error a verb reports."""
+its arguments, what it runs), the one error a verb reports, and what the
+verbs share: ``Verb``, a command made of declarations (its options as data,
+``option``), and the options two verbs take alike."""
 from __future__ import annotations
 
 import argparse
-from typing import Protocol
+from typing import Any, NamedTuple, Optional, Protocol
 
 USAGE_ERROR = 2
 
@@ -30,3 +32,44 @@ class Command(Protocol):
 
     def run(self, args: argparse.Namespace) -> int:
         """The exit status; raises CommandError for a verb's error."""
+
+
+class Option(NamedTuple):
+    """One ``parser.add_argument(*flags, **settings)``."""
+    flags: tuple[str, ...]
+    settings: dict[str, Any]
+
+
+def option(*flags: str, **settings: Any) -> Option:
+    return Option(flags, settings)
+
+
+def device_option(accepted: str) -> Option:
+    return option("-d", "--device", default=None, help=accepted)
+
+
+def column_option(help: str) -> Option:
+    return option("-c", "--column", action="append", metavar="COLUMN", help=help)
+
+
+def output_option(metavar: str, help: str) -> Option:
+    return option("-o", "--output", metavar=metavar, help=help)
+
+
+class Verb:
+    """A verb made of declarations: its subparser's usage, description and
+    options; nothing to complete unless it says so."""
+    usage: Optional[str] = None
+    description: Optional[str] = None
+    options: tuple[Option, ...] = ()
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        if self.usage is not None:
+            parser.usage = self.usage
+        if self.description is not None:
+            parser.description = self.description
+        for flags, settings in self.options:
+            parser.add_argument(*flags, **settings)
+
+    def complete(self, parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+        pass

@@ -6,7 +6,7 @@ import gc
 import os
 import sys
 
-from .command import CommandError
+from .command import CommandError, Verb, column_option, option, output_option
 from .stdout import print_tables
 
 
@@ -24,7 +24,9 @@ def run_diff(args: argparse.Namespace) -> int:
 
 
 def _run_diff(args: argparse.Namespace) -> int:
-    from ..diffing import diff, exceeded, parse_threshold, render_html, render_text
+    from ..records.diff import diff, exceeded, parse_threshold
+    from ..reports.diff_html import render_diff_html
+    from ..reports.diff_text import render_diff_text
     threshold = None
     try:
         if args.fail_over is not None:
@@ -38,11 +40,11 @@ def _run_diff(args: argparse.Namespace) -> int:
             raise CommandError(f"-o {args.output!r}: the file name must end in .html")
         try:
             with open(args.output, "w", encoding="utf-8") as f:
-                f.write(render_html(result))
+                f.write(render_diff_html(result))
         except OSError as exc:
             raise CommandError(f"could not write {args.output}: {exc}") from None
         print(f"pytorch_memlab: wrote {args.output}", file=sys.stderr)
-    text = render_text(result)
+    text = render_diff_text(result)
     print_tables(lambda: print(text, end=""))
     if threshold is not None:
         grown = exceeded(result, threshold)
@@ -56,3 +58,24 @@ def _run_diff(args: argparse.Namespace) -> int:
                   f"(--fail-over {args.fail_over})", file=sys.stderr)
         return 1 if grown or gone else 0
     return 0
+
+
+class DiffCommand(Verb):
+    name = "diff"
+    help = "compare two saved profiles line by line"
+    needs_torch = False
+    description = ("Compare two profiles (.json, .csv, or folders of rank files): per function "
+                   "(by qualname and device) each line's old, new and change, lines matched by "
+                   "their code text.")
+    options = (
+        option("old", help="the earlier profile"),
+        option("new", help="the later profile"),
+        column_option("a column to compare (repeatable; default: all)"),
+        output_option("OUT.html", "also write the comparison as HTML"),
+        option("--fail-over", metavar="SIZE|PCT",
+               help="exit 1 when a function's peak grew by more than this (e.g. 16MiB, 5%%, 0), "
+                    "or a rank, device or function of OLD is missing from NEW"),
+    )
+
+    def run(self, args: argparse.Namespace) -> int:
+        return run_diff(args)

@@ -19,10 +19,9 @@ import traceback
 import types
 from typing import Any, Optional, Sequence
 from ..common.paths import cannot_write
-from .command import CommandError
+from .command import CommandError, Verb, column_option, device_option, option, output_option
 from .device_arg import check_device, note_cpu
 from .program import Program
-from .register import Registrar, parse_func
 from .stdout import print_tables
 
 
@@ -42,7 +41,7 @@ def _print_traceback(exc: BaseException) -> None:
     """The traceback from the program's own frames on, as Python prints it:
     without the wrappers ``run`` put around the profiled functions, nor the
     signal handler that raised a Ctrl-C's KeyboardInterrupt (``signals``)."""
-    from .. import signals
+    from ..line_profiler import signals
     from ..line_profiler.wrapping import is_wrapper_code
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
@@ -136,7 +135,7 @@ def _columns(values: Optional[Sequence[str]]) -> Optional[list[str]]:
 
 def run_program(args: argparse.Namespace) -> int:
     """``run``: the program's exit status; CommandError for bad usage."""
-    from ..distributed import rank_env
+    from ..line_profiler.distributed import rank_env
     ranked = rank_env()
     if ranked is None:
         _check_output(args.output, (".json", ".csv"), "-o")
@@ -153,6 +152,7 @@ def run_program(args: argparse.Namespace) -> int:
         program = Program.module_main(args.module, args.args)
     else:
         program = Program.script(args.script, args.args)
+    from .register import Registrar, parse_func   # wraps functions: imports the profiler
     specs = [parse_func(raw) for raw in args.function or []]
 
     from ..line_profiler import LineProfiler
@@ -172,7 +172,7 @@ def run_program(args: argparse.Namespace) -> int:
     reporter = None
     ending: dict[str, Optional[int]] = {"status": None}   # the status the files record
     if ranked is not None:
-        from ..distributed import RankReporter
+        from ..line_profiler.distributed import RankReporter
         reporter = RankReporter(ranked, args.output,
                                 lambda: _document(profiler, program, ending["status"]),
                                 lambda docs: _write_ranks_html(docs, args.html))
@@ -180,7 +180,7 @@ def run_program(args: argparse.Namespace) -> int:
 
     def write_stopped(signum: int, frame: Optional[types.FrameType]) -> None:
         """SIGTERM / SIGINT: the files now, the line that was running marked."""
-        from ..signals import signal_name
+        from ..line_profiler.signals import signal_name
         profiler._note_stop(frame, signal_name(signum))
         ending["status"] = 128 + signum      # as a shell reports a signal's end
         if reporter is not None:
@@ -188,7 +188,7 @@ def run_program(args: argparse.Namespace) -> int:
         else:
             _write_files(profiler, program, ending["status"], args, quiet=True)
 
-    from ..signals import StopWriter
+    from ..line_profiler.signals import StopWriter
     stop_writer = StopWriter(write_stopped, lambda: [profiler._lock])
     if ranked is not None or args.output is not None or args.html is not None:
         stop_writer.install()
@@ -262,3 +262,53 @@ def _replace(write: Any, data: Any, path: str) -> None:
 def _write_html(data: Any, path: str) -> None:
     from ..html_report import write_report
     write_report(data, path)
+
+
+class RunCommand(Verb):
+    name = "run"
+    help = "profile a script or module without editing it"
+    needs_torch = True
+    usage = ("python -m pytorch_memlab run [-f FUNC]... [-d DEVICE] [-c COLUMN]... "
+             "[-o OUT] [--html OUT.html] (script.py | -m module) [args...]")
+    description = (
+        "Run a Python script (or module) as __main__ with the line profiler on for the "
+        "functions named by -f (default: every function the script defines); print the "
+        "tables when it ends and write them to -o / --html. Exits with the program's "
+        "status.")
+    options = (
+        option("-f", "--function", action="append", metavar="FUNC",
+               help="a function to profile: QUALNAME (in the script), path.py:QUALNAME or "
+                    "module:QUALNAME, e.g. train.py:Net.forward (repeatable)"),
+        device_option("'cpu', 'cuda', 'cuda:N' or 'all' (default: the current GPU, else CPU)"),
+        column_option("a memory_stats() field to record, e.g. active_bytes.all.peak "
+                      "(repeatable or comma-separated; default: active and reserved peaks)"),
+        output_option("OUT", "write the profile to OUT: .json (read back with "
+                             "pytorch_memlab.load or `view`) or .csv"),
+        option("--html", metavar="OUT.html", help="write the HTML report to OUT.html"),
+        # As with ``python``, whatever follows the script (or -m MODULE) is the
+        # program's own, options included: hence the two REMAINDERs.  Checked to
+        # split alike on the argparse of 3.11, 3.12 and 3.13 (test_cli.py).
+        option("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE",
+               help="run a module as `python -m MODULE` does"),
+        option("program", nargs=argparse.REMAINDER, metavar="script.py [args...]",
+               help="the script to run, and its arguments"),
+    )
+
+    def complete(self, parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+        """Sets ``args.module`` (a name or None), ``args.script`` (a path or
+        None) and ``args.args`` (the program's)."""
+        program: list[str] = args.program
+        if program[:1] == ["--"]:   # `run [options] -- -odd.py`: REMAINDER keeps the "--"
+            program = program[1:]
+        if args.module is not None:
+            if not args.module:
+                parser.error("-m needs a MODULE")
+            # ``-mpkg a``: argparse gives -m only its attached value; the rest is the program's
+            args.module, args.script, args.args = args.module[0], None, args.module[1:] + program
+        elif program:
+            args.script, args.args = program[0], program[1:]
+        else:
+            parser.error("name one script, or -m MODULE")
+
+    def run(self, args: argparse.Namespace) -> int:
+        return run_program(args)

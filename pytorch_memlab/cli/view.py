@@ -2,11 +2,12 @@
 rank files, convert a profile, or write its HTML report.  Needs no torch."""
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from typing import Optional
 
-from .command import CommandError
+from .command import CommandError, Verb, option, output_option
 from .stdout import print_tables
 
 
@@ -16,7 +17,7 @@ def view(path: str, output: Optional[str], hide_unrun: bool = False,
         return _view_ranks(path, output)
     if not os.path.exists(path):
         raise CommandError(f"{path}: no such file")
-    from ..records.saved import load
+    from ..reports.saved_profile import load
     try:
         saved = load(path)
     except (OSError, ValueError, TypeError, KeyError) as exc:  # UnicodeDecodeError is a ValueError
@@ -52,7 +53,8 @@ def view(path: str, output: Optional[str], hide_unrun: bool = False,
 def _view_ranks(folder: str, output: Optional[str]) -> int:
     """A folder of rank<R>.json files written under torchrun: the merged table,
     or with -o the per-rank HTML report."""
-    from ..distributed import merged_text, read_rank_dir
+    from ..records.ranks import read_rank_dir
+    from ..reports.rank_table import merged_text
     try:
         docs = read_rank_dir(folder)
     except (OSError, ValueError) as exc:
@@ -70,3 +72,26 @@ def _view_ranks(folder: str, output: Optional[str]) -> int:
         raise CommandError(f"could not write {output}: {exc}") from None
     print(f"pytorch_memlab: wrote {output}", file=sys.stderr)
     return 0
+
+
+class ViewCommand(Verb):
+    name = "view"
+    help = "print a saved profile, or write its HTML report"
+    needs_torch = False
+    description = ("Print the tables of a profile saved as JSON or CSV, or with -o write the "
+                   "HTML report (.html) or convert it (.json, .csv).")
+    options = (
+        option("profile", help="a .json or .csv file written by `run -o` or LineProfiler.save, "
+                               "or the folder of rank<R>.json files written under torchrun"),
+        output_option("OUT", "report.html, or a .json / .csv"),
+        option("--by-call", action="store_true",
+               help="print the first call's figures and the later calls' side by side"),
+        option("--hide-unrun", action="store_true",
+               help="leave out the lines that never ran (tables and HTML report)"),
+        option("--curve", action="store_true",
+               help="print each function's memory curve of one call as a text chart (at most "
+                    "60 rows) instead of the tables"),
+    )
+
+    def run(self, args: argparse.Namespace) -> int:
+        return view(args.profile, args.output, args.hide_unrun, args.curve, args.by_call)

@@ -1,9 +1,10 @@
 """The line profiler's Python face over the C tracer (pytorch_memlab._tracer)
-and the memory sources (pytorch_memlab.native, the boundary to both)."""
+and the memory sources (``pytorch_memlab.sources``, whose ``native.py`` is
+the boundary to both)."""
 from ..common.devices import reset_target_gpu, set_target_gpu, target_gpu
 from ..common.sizes import readable_size
 from ..records.document import SCHEMA_VERSION
-from ..records.saved import SavedProfile, load
+from ..reports.saved_profile import SavedProfile, load
 from ..records.columns import DEFAULT_COLUMNS
 from .decorators import clear_global_line_profiler, global_line_profiler, profile, profile_every
 from .profiler import LineProfiler

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 from ..records.columns import ColumnsArg, normalize_columns
 from ..common.devices import DeviceArg, resolve_devices
 from .wrapping import wrap_any
-from ..distributed import decorator_reporter, rank_device
+from .distributed import decorator_reporter, rank_device
 from .profiler import LineProfiler
 
 _lock = threading.Lock()

@@ -6,21 +6,23 @@ import threading
 import types
 from typing import IO, TYPE_CHECKING, Any, Callable, Optional, Union
 
-from .. import postmortem
-from .. import native, sources
+from .. import sources
+from ..common.callables import compiled_by_dynamo, resolve_function
 from ..common.devices import DeviceArg, add_follower, note_cpu_fallback, resolve_devices
 from ..records import saved
+from ..records.columns import ColumnsArg, normalize_columns, pick_columns
+from ..records.curve import DEFAULT_CURVE, CurveArg, check_curve
 from ..records.document import to_document
 from ..records.meanings import Field
 from ..records.model import VERSION_KEYS, FunctionRecord, Profile, TimelineRow
 from ..records.selection import selects
 from ..reports.display import ProfileDisplay, untraced_note
+from ..sources import native
+from . import postmortem
+from .functions import CodesByIdentity, FunctionEntry
 from .timeline import Timeline
-from .tracers import LiveTuple, TracerSet
-from ..records.columns import ColumnsArg, normalize_columns, pick_columns
-from ..records.curve import DEFAULT_CURVE, CurveArg, check_curve
-from .functions import CodesByIdentity, FunctionEntry, compiled_by_dynamo, resolve_function
 from .tracer_tables import Raised, build_records
+from .tracers import LiveTuple, TracerSet
 
 if TYPE_CHECKING:
     import os
@@ -34,21 +36,6 @@ if TYPE_CHECKING:
 # every code object that runs afterwards, so there it stays on until
 # disable() or interpreter exit (all tracers share one tool id).
 PARK_BETWEEN_CALLS = native.MECHANISM == "monitoring"
-
-
-def _noted_before(exc: BaseException, profiler: object) -> bool:
-    """Has ``profiler`` noted ``exc`` already?  The first note, nearest the
-    failure and while the tracer still follows the allocations, keeps its
-    post-mortem (``run`` notes the error again once the program ended).
-    Marked on the exception: exceptions take no weak references."""
-    seen = getattr(exc, "_pytorch_memlab_noted", ())
-    if id(profiler) in seen:
-        return True
-    try:
-        exc._pytorch_memlab_noted = (*seen, id(profiler))  # type: ignore[attr-defined]
-    except (AttributeError, TypeError):   # no __dict__: noted again, as before
-        pass
-    return False
 
 
 class LineProfiler:
@@ -263,7 +250,7 @@ class LineProfiler:
         read now, while the traceback's frames still hold the tensors."""
         codes = CodesByIdentity(code for entry in self._entries for code in entry.codes)
         failed_in = postmortem.innermost(exc, codes)
-        if failed_in is not None and not _noted_before(exc, self):
+        if failed_in is not None and not postmortem.noted_before(exc, self):
             code = failed_in
 
             def live(device: str) -> Optional[LiveTuple]:

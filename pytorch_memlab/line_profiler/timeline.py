@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import warnings
 from collections import deque
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, cast
 
-from .. import native, sources
+from .. import sources
+from ..sources import native
 from ..records.model import TimelineRow
+
+if TYPE_CHECKING:
+    from .._tracer import PythonSource
 
 TIMELINE_LIMIT = 10_000
 ACTIVE_FIELD = "active_bytes.all.current"
@@ -26,11 +30,13 @@ _readers: dict[str, Reader] = {}
 
 
 def _make_reader(kind: str) -> Reader:
-    source = sources.get_source(kind)
-    if native.is_compiled(source):
+    choice = sources.choose(kind)
+    source = sources.accept(choice)
+    if choice.compiled:
         sample: Callable[[int], Sequence[int]] = lambda device: native.sample(kind, device)
         fields = list(sources.source_fields(kind))
     else:
+        source = cast("PythonSource", source)
         sample = source.sample
         fields = list(source.fields)
     active, reserved = fields.index(ACTIVE_FIELD), fields.index(RESERVED_FIELD)

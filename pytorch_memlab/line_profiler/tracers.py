@@ -6,7 +6,9 @@ from typing import Optional, Sequence
 
 import torch
 
-from .. import native, sources
+from .. import sources
+from ..mem_reporter.collect import cpu_storages
+from ..sources import native
 from ..records.columns import GROWTH_FIELD, check_columns
 from ..records.curve import PEAK_FIELD, RESERVED_FIELD, CurveArg
 from ..common.devices import DeviceSlot, current_target, label
@@ -81,7 +83,7 @@ class TracerSet:
             for slot, tracer in zip(self.slots, self.tracers):
                 if slot.kind == "cpu":
                     # the first CPU profile: count the storages alive now too
-                    native.prepare("cpu", tracer.device)
+                    sources.prepare("cpu", tracer.device, cpu_storages)
                 if slot.kind == "cuda":
                     torch.cuda.init()  # type: ignore[no-untyped-call]  # torch: unannotated; the allocator's stats exist only after it
                     if slot.follows_target and tracer.device != current_target():
@@ -122,6 +124,6 @@ class TracerSet:
         memory ran out, the device changed, disabled)."""
         for slot, where, tracer in zip(self.slots, self.labels(), self.tracers):
             if where == device and tracer.peak_unavailable is None:
-                native.settle_blocks(slot.kind, tracer.device)
+                sources.settle_blocks(slot.kind, tracer.device)
                 return tracer.live_by_line(code)
         return None

@@ -16,8 +16,8 @@ import sys
 import types
 from typing import Any, Callable, Optional
 
-from .. import native
-from .functions import resolve_function
+from ..sources import native
+from ..common.callables import resolve_function
 from .profiler import LineProfiler
 
 # Runs after each outermost call of a thread, with the exception that escaped.

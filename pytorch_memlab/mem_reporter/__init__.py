@@ -33,13 +33,14 @@ report holds no tensor: strong references live only while ``report()`` runs.
 
 The package, one file per concern: ``reporter`` (MemReporter: what to name, the
 walk, the report), ``collect`` (tensors into rows, storages charged once),
-``rows`` (TensorRow, DeviceTotal, MemReport), ``sites`` (the line that
-allocated a storage), ``table_text`` (the printed table),
+``rows`` (TensorRow, DeviceTotal), ``report`` (MemReport and its printed
+table), ``sites`` (the line that allocated a storage),
 ``allocator`` (per-device totals against ``torch.cuda.memory_allocated``) and
 ``blocks`` (the caching allocator's blocks).
 """
 from .blocks import BlockRow
 from .reporter import MemReporter
-from .rows import DeviceTotal, MemReport, TensorRow
+from .report import MemReport
+from .rows import DeviceTotal, TensorRow
 
 __all__ = ["MemReporter", "MemReport", "TensorRow", "DeviceTotal", "BlockRow"]

@@ -13,7 +13,7 @@ from ..common.sizes import readable_size, with_bytes
 from . import blocks
 from .collect import Collector, graph_ptrs
 from .rows import DeviceTotal, TensorRow
-from .table_text import CUDA_BLOCK_BYTES
+from .report import CUDA_BLOCK_BYTES
 
 
 def cuda_allocated() -> dict[str, int]:

@@ -14,7 +14,8 @@ from ..common.devices import DeviceSpec, device_matches
 from ..common.tensors import is_tensor
 from . import allocator, blocks
 from .collect import Collector, iter_outputs, walk_frames, walk_gc, walk_graph
-from .rows import MemReport, parse_filter
+from .report import MemReport
+from .rows import parse_filter
 from .sites import add_sites
 
 

@@ -1,17 +1,13 @@
-"""What a report holds: one row per tensor, totals per device, and the
-:class:`MemReport` that groups them (no tensor, only figures and names)."""
+"""What a report holds: one row per tensor and totals per device (no
+tensor, only figures and names); ``report.py``'s ``MemReport`` groups them."""
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
-from ..common.devices import DeviceSpec, device_matches, parse_device
-from ..reports.base import Reporter
-from .blocks import BlockRow
-from .table_text import MemReportText
+from ..common.devices import DeviceSpec, parse_device
 
 REPORT_DEVICES = ("None (every device), a str such as 'cpu', 'cuda' (every CUDA device) or "
                   "'cuda:0', an int (a CUDA index) or a torch.device")
@@ -58,61 +54,3 @@ class DeviceTotal:
     note: Optional[str] = None            # one line explaining allocator_bytes - block_bytes
     other_block_bytes: Optional[int] = None    # allocated blocks no found tensor holds
     awaiting_free_bytes: Optional[int] = None  # freed blocks another stream still uses
-
-
-class MemReport:
-    """The result of :meth:`MemReporter.report`: rows grouped per device and per storage.
-
-    ``str(report)`` is the printed table; ``to_dicts()`` / ``to_json()`` give the same
-    data without formatting.
-    """
-
-    def __init__(self, rows: list[TensorRow], devices: list[DeviceTotal],
-                 verbose: bool = False, skipped: int = 0,
-                 blocks: Optional[list[BlockRow]] = None) -> None:
-        self.rows = rows
-        self.devices = devices
-        self.blocks = list(blocks or [])   # CUDA blocks no found tensor holds
-        self.verbose = verbose
-        self.skipped = skipped  # objects that raised while being inspected
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(d.bytes for d in self.devices)
-
-    def rows_on(self, device: Optional[DeviceSpec]) -> list[TensorRow]:
-        want = parse_filter(device, "rows_on(device=...)")
-        return [r for r in self.rows if want is None or device_matches(want, torch.device(r.device))]
-
-    def row(self, name: str) -> TensorRow:
-        """The row called ``name``; KeyError if there is none."""
-        for r in self.rows:
-            if r.name == name:
-                return r
-        raise KeyError(name)
-
-    def to_dicts(self) -> list[dict[str, Any]]:
-        out = []
-        for r in self.rows:
-            d = asdict(r)
-            d["shape"] = list(r.shape)
-            out.append(d)
-        return out
-
-    def to_json(self, **dumps_kwargs: Any) -> str:
-        return json.dumps({"devices": [asdict(d) for d in self.devices],
-                           "rows": self.to_dicts(),
-                           "blocks": [asdict(b) for b in self.blocks],
-                           "skipped": self.skipped}, **dumps_kwargs)
-
-    def format(self, verbose: Optional[bool] = None) -> str:
-        reporter: Reporter[MemReport] = MemReportText(
-            self.verbose if verbose is None else verbose)
-        return reporter.render(self)
-
-    def __str__(self) -> str:
-        return self.format()
-
-    def __repr__(self) -> str:
-        return (f"<MemReport: {len(self.rows)} rows on {len(self.devices)} device(s), "
-                f"{self.total_bytes} bytes>")

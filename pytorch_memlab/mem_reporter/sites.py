@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from .. import native
+from ..sources import native
 from ..common.tensors import StorageKey
 from .rows import TensorRow
 

@@ -9,6 +9,9 @@ DEFAULT_COLUMNS: tuple[str, ...] = ("active_bytes.all.peak", "reserved_bytes.all
 # Net growth is always measured on this field (live tensor bytes).
 GROWTH_FIELD = "active_bytes.all.current"
 
+# The column a function's peak is read from when it is shown.
+PEAK_COLUMN = "active_bytes.all.peak"
+
 ColumnsArg = Optional[Union[str, Iterable[str]]]
 
 
@@ -63,3 +66,11 @@ def pick_columns(requested: ColumnsArg, recorded: tuple[str, ...]) -> tuple[str,
                 f"{', '.join(recorded)}. Pass columns=[...] when creating the "
                 "LineProfiler (or to profile(...)) to record it.")
     return wanted
+
+
+def peak_column(columns: Sequence[str]) -> Optional[str]:
+    """The column a function's peak is read from: active bytes' peak if shown,
+    else the first shown ``*bytes*.peak`` column."""
+    if PEAK_COLUMN in columns:
+        return PEAK_COLUMN
+    return next((c for c in columns if "bytes" in c and c.endswith(".peak")), None)

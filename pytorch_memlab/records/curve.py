@@ -1,4 +1,4 @@
-"""The memory curve of one call (issue 27): which call a profiler keeps, and
+"""The memory curve of one call: which call a profiler keeps, and
 what a record's ``curve`` holds.
 
 For each profiled function and device the tracer keeps the line events of

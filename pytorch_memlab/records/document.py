@@ -47,7 +47,7 @@ the max of per-execution peaks, counters ("*.allocated"/"*.freed") by sums,
 levels (the rest) by the max of end-of-line values.  Bytes are exact integers.  ``raised``
 names the exception that left the function through that line.  The record of
 the innermost function an out-of-memory error escaped also has a
-``"postmortem"`` object (its keys: ``pytorch_memlab/postmortem.py``).  A reader
+``"postmortem"`` object (its keys: ``pytorch_memlab/line_profiler/postmortem.py``).  A reader
 accepts any file whose schema_version is not newer than its own and ignores
 keys it does not know (keeping them, as a torchrun rank's ``"rank"`` or the
 ``"pytest_peaks"`` of a file ``pytest --memlab-save`` wrote); a change of
@@ -92,7 +92,7 @@ The lines' figures, ``before_call`` and ``other_threads`` sum to
 ``"held_at_peak": null`` and the record no ``peak``.  Older files have
 neither key.  Also new in version 4, a ``"postmortem"`` may have
 ``"live_by_line"`` (the allocated bytes at the failure by the line that made
-them; see ``pytorch_memlab/postmortem.py``); older post-mortems load and print
+them; see ``pytorch_memlab/line_profiler/postmortem.py``); older post-mortems load and print
 without it.
 """
 from __future__ import annotations

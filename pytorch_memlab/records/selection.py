@@ -20,7 +20,7 @@ def selects(selector: Any, qualname: str, filename: str,
         return any(selects(s, qualname, filename, codes) for s in selector)
     if isinstance(selector, str):
         return selector in (qualname, qualname.rsplit(".", 1)[-1])
-    from ..line_profiler.functions import resolve_function
+    from ..common.callables import resolve_function   # imports torch: only for a function
     try:
         func = resolve_function(selector)
     except TypeError:

@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from ..common.sizes import readable_size
+from ..records.columns import peak_column
 from ..records.model import GROWTH, FunctionRecord, LineRecord
 
 # A first call whose peak differs from the later calls' by more than both of
 # these gets a note under its table.
 NOTE_RATIO = 0.10
 NOTE_BYTES = 1 << 20
-PEAK_COLUMN = "active_bytes.all.peak"
 FIRST, LATER = "first call", "later calls"
 PARTS = ((FIRST, "first_call"), (LATER, "later_calls"))
 COUNT = "count"
@@ -35,14 +35,6 @@ def _peak(lines: Sequence[LineRecord], part: str, column: str) -> Optional[int]:
     values = [v for v in ((getattr(line, part) or {}).get(column) for line in lines)
               if v is not None]
     return max(values) if values else None
-
-
-def peak_column(columns: Sequence[str]) -> Optional[str]:
-    """The column a function's peak is read from: active bytes' peak if shown,
-    else the first shown ``*bytes*.peak`` column."""
-    if PEAK_COLUMN in columns:
-        return PEAK_COLUMN
-    return next((c for c in columns if "bytes" in c and c.endswith(".peak")), None)
 
 
 def first_call_note(record: FunctionRecord, most: int = 3) -> str:

@@ -1,4 +1,4 @@
-"""The memory curve of one call as inline SVG (issue 27), shared by the HTML
+"""The memory curve of one call as inline SVG, shared by the HTML
 report (which adds a script: hover and click) and the notebook (no script:
 each stretch of the curve is a link to its table row, with a tooltip).
 

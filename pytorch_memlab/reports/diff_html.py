@@ -17,7 +17,7 @@ from .html_page import page
 from .sections import title
 
 if TYPE_CHECKING:
-    from ..diffing import FunctionDiff, ProfileDiff
+    from ..records.diff import FunctionDiff, ProfileDiff
 
 
 def _cell(value: Optional[int], text: str, cls: str = "") -> str:

@@ -15,7 +15,7 @@ from ..records.model import GROWTH, HELD
 from .peak_text import PeakItem, summed_items
 
 if TYPE_CHECKING:
-    from ..diffing import Figures, FunctionDiff, LineDiff, ProfileDiff
+    from ..records.diff import Figures, FunctionDiff, LineDiff, ProfileDiff
 
 MARK = "<-- largest increase"
 

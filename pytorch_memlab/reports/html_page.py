@@ -22,7 +22,7 @@ import os
 from typing import Any, Sequence, Union
 
 from ..common.sizes import readable_size
-from ..records import saved
+from ..records.saved import read
 from ..records.document import from_document
 from ..records.model import Profile, TimelineRow
 from .base import Reporter
@@ -43,10 +43,11 @@ def _profile(profile: ProfileArg) -> Profile:
     if isinstance(profile, Profile):
         return profile
     if isinstance(profile, (str, os.PathLike)):
-        return saved.read(profile)
+        return read(profile)
     if isinstance(profile, dict):
         return from_document(profile, "the profile")
-    if isinstance(profile, saved.SavedProfile):
+    from .saved_profile import SavedProfile     # it displays through this module
+    if isinstance(profile, SavedProfile):
         return profile.profile
     if hasattr(profile, "to_dict"):
         return from_document(profile.to_dict(), "the profile")
@@ -257,7 +258,7 @@ class RanksHtmlReport:
         self.title_text = title_text
 
     def render(self, docs: RankDocs) -> str:
-        from ..distributed import merged_text
+        from .rank_table import merged_text
         ordered = sorted(docs, key=lambda d: d["rank"]["rank"])
         options = "".join(f'<option value="{d["rank"]["rank"]}">rank {d["rank"]["rank"]} '
                           f'({html.escape(", ".join(d.get("devices") or []))})</option>'

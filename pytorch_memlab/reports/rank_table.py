@@ -15,6 +15,7 @@ from typing import Any, Optional, Sequence
 from ..records.document import from_document
 from ..records.meanings import Field
 from ..records.model import GROWTH, LineRecord, column_unit
+from ..records.ranks import rank_path
 from .sections import Figure, Row, Table, cell, raised_note
 from .text_table import section_text
 
@@ -185,3 +186,14 @@ class RankTextReport:
 def render_ranks_text(profile: RankedProfile) -> str:
     """``RankTextReport``'s table of ``profile``."""
     return RankTextReport().render(profile)
+
+
+def merged_text(docs: list[dict[str, Any]], out_dir: Optional[str] = None,
+                world_size: Optional[int] = None) -> str:
+    """The merged table of the rank documents ``docs`` read from ``out_dir``,
+    naming the rank files missing from a world of ``world_size``."""
+    where = out_dir or "the output folder"
+    present = {d["rank"]["rank"] for d in docs}
+    size = max([world_size or 0] + [int(d["rank"].get("world_size") or 0) for d in docs])
+    missing = {r: f"no {rank_path(where, r)}" for r in range(size) if r not in present}
+    return RankTextReport().render(merge(docs, world_size, missing))

@@ -12,7 +12,7 @@
 // thread allocated and freed (allocated_bytes.all.allocated / .freed and
 // allocation.all.allocated / .freed): see "Per-thread counts" below.  Other
 // columns are read from the polled CUDA source (cuda_source.cpp); Python
-// picks the source (pytorch_memlab/sources.py, get_source).
+// picks the source (pytorch_memlab/sources/choice.py, choose).
 //
 // Why the tracker does not sum event sizes: TraceEntry::size_ of ALLOC /
 // FREE_REQUESTED / FREE_COMPLETED is the *requested* size, while

@@ -14,7 +14,7 @@
 #include <vector>
 
 // The torch this shim was compiled against (setup.py defines both); the
-// loader (pytorch_memlab/native.py) refuses the shim under any other torch,
+// loader (pytorch_memlab/sources/native.py) refuses the shim under any other torch,
 // whose allocator layout may differ.
 #ifndef MEMLAB_TORCH_VERSION
 #define MEMLAB_TORCH_VERSION "unknown"

@@ -12,9 +12,9 @@ from typing import Any, Iterable, Optional, Sequence
 
 import torch
 
-from ..line_profiler import LineProfiler
-from ..records.model import FunctionRecord
-from ..line_profiler.timeline import read_totals
+from ...line_profiler import LineProfiler
+from ...records.model import FunctionRecord
+from ...line_profiler.timeline import read_totals
 
 PEAK = "active_bytes.all.peak"
 
@@ -33,9 +33,10 @@ def count_cpu_from_now() -> None:
     """Install the CPU allocator's counting wrapper (once per process) before
     the test's fixtures run, so that what they allocate is counted as live
     at the start (memory allocated before the wrapper is never counted)."""
-    from .. import native, sources
+    from ... import sources
+    from ...mem_reporter.collect import cpu_storages
     sources.get_source("cpu")           # RuntimeError naming the fix without the shim
-    native.prepare("cpu", 0)
+    sources.prepare("cpu", 0, cpu_storages)
 
 
 def _kind_index(label: str) -> tuple[str, int]:

@@ -12,19 +12,19 @@ so a rank that dies later, or another rank's death, still leaves it.
 """
 from __future__ import annotations
 
-import glob
 import os
-import re
 import socket
 import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from ..records.ranks import rank_path, read_rank_dir, write_rank_file
+from ..reports.rank_table import merged_text
+
 
 OUT_ENV = "PYTORCH_MEMLAB_OUT"
 WAIT_ENV = "PYTORCH_MEMLAB_WAIT"
-_RANK_FILE = re.compile(r"rank(\d+)\.json$")
 
 
 @dataclass(frozen=True)
@@ -61,62 +61,6 @@ def rank_env(environ: Optional[dict[str, str]] = None) -> Optional[RankEnv]:
         raise ValueError(f"RANK={env['RANK']!r}, WORLD_SIZE={env['WORLD_SIZE']!r}: "
                          "expected integers, as torchrun sets them") from None
     return RankEnv(rank, world, local, env.get("TORCHELASTIC_RUN_ID", ""))
-
-
-def rank_path(out_dir: str, rank: int) -> str:
-    return os.path.join(out_dir, f"rank{rank}.json")
-
-
-def write_rank_file(doc: dict[str, Any], out_dir: str) -> str:
-    """Write this rank's document to ``out_dir/rank<R>.json`` atomically."""
-    from .common.files import write_replacing
-    from .records.json_file import dumps
-    os.makedirs(out_dir, exist_ok=True)
-    path = rank_path(out_dir, doc["rank"]["rank"])
-    text = dumps(doc)
-
-    def write(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8") as out:
-            out.write(text)
-
-    write_replacing(path, write)
-    return path
-
-
-def read_rank_dir(out_dir: str, run_id: Optional[str] = None) -> list[dict[str, Any]]:
-    """The rank documents in ``out_dir`` (only this ``run_id``'s, if given)."""
-    import json
-
-    from .records.document import from_document
-    if not os.path.isdir(out_dir):
-        raise OSError(f"{out_dir}: no such folder")
-    docs = []
-    for path in sorted(glob.glob(os.path.join(out_dir, "rank*.json"))):
-        if not _RANK_FILE.search(os.path.basename(path)):
-            continue
-        with open(path, encoding="utf-8") as f:
-            try:
-                doc = json.load(f)
-                from_document(doc, path)   # checks it
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path} is not JSON ({exc})") from None
-        if not isinstance(doc.get("rank"), dict):
-            raise ValueError(f"{path} has no \"rank\" entry: not written by a torchrun rank")
-        if run_id is None or doc["rank"].get("run_id") == run_id:
-            docs.append(doc)
-    if not docs:
-        raise ValueError(f"{out_dir} holds no rank<R>.json profile")
-    return docs
-
-
-def merged_text(docs: list[dict[str, Any]], out_dir: Optional[str] = None,
-                world_size: Optional[int] = None) -> str:
-    from .reports.rank_table import RankTextReport, merge
-    where = out_dir or "the output folder"
-    present = {d["rank"]["rank"] for d in docs}
-    size = max([world_size or 0] + [int(d["rank"].get("world_size") or 0) for d in docs])
-    missing = {r: f"no {rank_path(where, r)}" for r in range(size) if r not in present}
-    return RankTextReport().render(merge(docs, world_size, missing))
 
 
 class RankReporter:

@@ -17,14 +17,14 @@ both sides, the largest increase is the line whose peak figure grew most."""
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
 
-from .common.align import align
-from .common.sizes import parse_size, readable_size
-from .records.model import HELD, FunctionRecord, LineRecord, Profile
-from .reports.calls import peak_column
+from ..common.align import align
+from ..common.sizes import parse_size, readable_size
+from .columns import peak_column
+from .model import HELD, FunctionRecord, LineRecord, Profile
+from .ranks import ranks_profile, split_rank_device
 
 ProfileLike = Any   # a Profile, a SavedProfile / LineProfiler, or a path
 Figures = tuple[Optional[int], Optional[int], Optional[int]]   # old, new, change
@@ -155,7 +155,7 @@ def _profile(obj: ProfileLike, what: str) -> Profile:
             return _rank_folder(path, what)
         if not os.path.exists(path):
             raise ValueError(f"{what}: {path}: no such file")
-        from .records.saved import read
+        from .saved import read
         try:
             return read(path)
         except (OSError, ValueError) as exc:
@@ -172,38 +172,15 @@ def _profile(obj: ProfileLike, what: str) -> Profile:
 
 
 def _rank_folder(path: str, what: str) -> Profile:
-    """A folder of rank<R>.json files: each rank's functions, device "rankR:<device>"
-    (so a rank is compared with the same rank of the other run)."""
-    from .distributed import read_rank_dir
-    from .records.document import from_document
     try:
-        docs = read_rank_dir(path)
+        return ranks_profile(path)
     except (OSError, ValueError) as exc:
         raise ValueError(f"{what}: {' '.join(str(exc).split())} (a folder must hold the "
                          "rank<R>.json files of `run -o DIR/` under torchrun)") from None
-    functions: list[FunctionRecord] = []
-    columns: list[str] = []
-    for doc in docs:
-        rank = doc["rank"]["rank"]         # read_rank_dir checked that "rank" is a dict
-        profile = from_document(doc, path)
-        columns += [c for c in profile.columns if c not in columns]
-        for record in profile.functions:
-            record.device = f"rank{rank}:{record.device}"     # read back by _rank
-            functions.append(record)
-    return Profile(functions, columns, list(dict.fromkeys(r.device for r in functions)))
-
-
-_RANK_DEVICE = re.compile(r"rank(\d+):(.*)")
-
-
-def _rank(device: str) -> tuple[Optional[int], str]:
-    """(rank, device) of a rank folder's "rankR:<device>", else (None, device)."""
-    match = _RANK_DEVICE.fullmatch(device)
-    return (int(match.group(1)), match.group(2)) if match else (None, device)
 
 
 def _where(device: str) -> str:
-    rank, name = _rank(device)
+    rank, name = split_rank_device(device)
     return name if rank is None else f"{name} of rank {rank}"
 
 
@@ -217,11 +194,11 @@ def _one_side(a: Profile, b: Profile) -> list[OneSide]:
     out: list[OneSide] = []
     for side, this, other in (("OLD", a, b), ("NEW", b, a)):
         theirs = _devices(other)
-        their_ranks = {_rank(d)[0] for d in theirs}
+        their_ranks = {split_rank_device(d)[0] for d in theirs}
         their_functions = {(r.qualname, r.device) for r in other.functions}
         ranks: list[int] = []
         for device in _devices(this):
-            rank = _rank(device)[0]
+            rank = split_rank_device(device)[0]
             if device in theirs or rank in ranks:
                 continue
             if rank is not None and rank not in their_ranks:
@@ -304,16 +281,6 @@ def diff(old: ProfileLike, new: ProfileLike,
                          f"device; OLD has {', '.join(sorted({r.qualname for r in a.functions})) or 'none'}"
                          f", NEW {', '.join(sorted({r.qualname for r in b.functions})) or 'none'})")
     return out
-
-
-def render_text(result: ProfileDiff) -> str:
-    from .reports.diff_text import render_diff_text
-    return render_diff_text(result)
-
-
-def render_html(result: ProfileDiff) -> str:
-    from .reports.diff_html import render_diff_html
-    return render_diff_html(result)
 
 
 def parse_threshold(text: str, what: str) -> tuple[str, float]:

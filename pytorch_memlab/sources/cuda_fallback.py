@@ -1,7 +1,7 @@
 """The slow CUDA source: what the tracer reads when the compiled torch shim
-is unavailable (a torch upgraded since the build).  A plain Python object
-with the interface documented in ``_tracer.pyi``; ``sources.get_source``
-decides when it is used."""
+is unavailable (a torch upgraded since the build).  A Python source
+(``PythonSource`` in ``_tracer.pyi``); ``choice.choose`` decides when it is
+used."""
 from __future__ import annotations
 
 from typing import Any, Optional

@@ -219,7 +219,7 @@ class MemlabRuntime:
             del self.kept[self.top:]
 
     def _write_html(self, nodeid: str, data: dict[str, Any]) -> None:
-        from ..html_report import write_report
+        from ...html_report import write_report
         assert self.html_dir is not None
         write_report(data, os.path.join(self.html_dir, report_name(nodeid)),
                      title_text=f"pytorch_memlab: {nodeid}")
@@ -265,7 +265,7 @@ class MemlabRuntime:
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if not self.profile_all or self.is_worker:
             return
-        from ..common.sizes import readable_size
+        from ...common.sizes import readable_size
         rows = self._ranked()
         what = "all tests" if self.top <= 0 else \
             f"top {len(rows)} test{'' if len(rows) == 1 else 's'}"

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 from typing import Optional, Sequence
 
-from ..common.sizes import iec_size, readable_size
-from ..records.model import FunctionRecord, LineRecord, Profile
-from ..reports.base import reporter_for
+from ...common.sizes import iec_size, readable_size
+from ...records.model import FunctionRecord, LineRecord, Profile
+from ...reports.base import reporter_for
 from ._markers import LIMIT, NO_GROWTH, Request
 from ._measure import PEAK, DeviceResult, record_peak
 
@@ -108,7 +108,7 @@ def growth_failure(request: Request, result: DeviceResult) -> str:
 
 def _every_call_lines(records: Sequence[FunctionRecord]) -> list[str]:
     """Lines of functions called 3 or more times whose growth per call is positive."""
-    from ..reports.calls import growing_lines
+    from ...reports.calls import growing_lines
     found = []
     for record in records:
         where = os.path.basename(record.filename)

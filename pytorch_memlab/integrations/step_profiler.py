@@ -22,11 +22,11 @@ from typing import IO, Any, Callable, NamedTuple, Optional, Sequence, Union
 
 import torch
 
-from .common.devices import DeviceArg
-from .distributed import RankEnv, RankReporter
-from .line_profiler.profiler import LineProfiler
-from .records.model import FunctionRecord, Profile
-from .step_fold import Key, fold, key, renumber
+from ..common.devices import DeviceArg
+from ..line_profiler.distributed import RankEnv, RankReporter
+from ..line_profiler.profiler import LineProfiler
+from ..records.model import FunctionRecord, Profile
+from ..records.step_fold import Key, fold, key, renumber
 
 PathArg = Union[str, "os.PathLike[str]"]
 ACTIVE = "active_bytes.all.peak"
@@ -209,7 +209,7 @@ class StepProfiler:
         return dataclasses.replace(self.profiler.to_profile(), functions=list(self.fit.values()))
 
     def _print(self, records: dict[Key, FunctionRecord], what: str) -> None:
-        from .reports.base import reporter_for
+        from ..reports.base import reporter_for
         out = self.out if self.out is not None else sys.stdout
         profile = dataclasses.replace(self.profile(), functions=list(records.values()))
         where = "" if self.rank is None else f", rank {self.rank.rank}"
@@ -219,8 +219,8 @@ class StepProfiler:
         out.flush()
 
     def _write_files(self) -> None:
-        from .html_report import write_report
-        from .records.saved import save
+        from ..html_report import write_report
+        from ..records.saved import save
         profile = self.profile()
         for path, write in ((self.save, save), (self.html, write_report)):
             if path is not None:
@@ -229,13 +229,13 @@ class StepProfiler:
 
     def _write_ranks_html(self, docs: list[dict[str, Any]]) -> None:
         if self.html is not None:
-            from .html_report import write_ranks_report
+            from ..html_report import write_ranks_report
             write_ranks_report(docs, self.html)
             print(f"pytorch_memlab: wrote {self.html}", file=sys.stderr)
 
     def _print_loose_postmortem(self) -> None:
         if self.loose_postmortem is not None:
-            from .reports.postmortem_text import format_postmortem
+            from ..reports.postmortem_text import format_postmortem
             out = self.out if self.out is not None else sys.stdout
             out.write(format_postmortem(self.loose_postmortem,
                                         "the fit, outside the profiled functions") + "\n")
@@ -254,7 +254,7 @@ class StepProfiler:
             self._print_loose_postmortem()
             return
         self._print_loose_postmortem()
-        from .records.document import to_document
+        from ..records.document import to_document
         reporter = RankReporter(self.rank, self.save, lambda: to_document(self.profile()),
                                 self._write_ranks_html)
         sys.stdout.flush()
@@ -274,7 +274,7 @@ class StepProfiler:
         files keep a post-mortem on the record of the function it escaped)."""
         if self.done:
             return
-        from . import postmortem
+        from ..line_profiler import postmortem
         self.profiler._note_exception(exc)
         if self.profiler._postmortem is None:
             self.loose_postmortem = postmortem.capture(exc)

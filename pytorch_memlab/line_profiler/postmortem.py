@@ -50,10 +50,10 @@ from typing import Any, Callable, Container, Optional
 
 import torch
 
-from .common.devices import device_matches
-from .common.frames import frame_tensors, is_own_frame
-from .mem_reporter.collect import Collector, walk_gc
-from .reports.postmortem_text import hints
+from ..common.devices import device_matches
+from ..common.frames import frame_tensors, is_own_frame
+from ..mem_reporter.collect import Collector, walk_gc
+from ..reports.postmortem_text import hints
 
 TOP = 10
 _CPU_OOM = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes")
@@ -146,7 +146,7 @@ def _cpu_figures(exc: BaseException) -> dict[str, Any]:
                            "free_bytes": None, "total_bytes": None,
                            "largest_free_block_bytes": None}
     try:
-        from .line_profiler.timeline import read_totals
+        from .timeline import read_totals
         out["allocated_bytes"], out["reserved_bytes"] = read_totals("cpu", 0)
     except Exception:
         pass
@@ -328,3 +328,18 @@ def innermost(exc: BaseException, codes: Container[types.CodeType]) -> Optional[
             found = tb.tb_frame.f_code
         tb = tb.tb_next
     return found
+
+
+def noted_before(exc: BaseException, profiler: object) -> bool:
+    """Has ``profiler`` noted ``exc`` already?  The first note, nearest the
+    failure and while the tracer still follows the allocations, keeps its
+    post-mortem (``run`` notes the error again once the program ended).
+    Marked on the exception: exceptions take no weak references."""
+    seen = getattr(exc, "_pytorch_memlab_noted", ())
+    if id(profiler) in seen:
+        return True
+    try:
+        exc._pytorch_memlab_noted = (*seen, id(profiler))  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):   # no __dict__: noted again, as before
+        pass
+    return False

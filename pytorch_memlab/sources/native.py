@@ -1,19 +1,22 @@
 """The one boundary to native code: nothing else in the package imports the
 tracer extension (``_tracer``) or the torch shim (``_torchshim``).
 
-This module only loads them and wraps their calls, typed.  Which source a
-profiler reads is decided in ``sources.py``; the slow CUDA source used
-without the shim is ``cuda_fallback.py``.
+This module only loads them and wraps their calls, typed; it decides
+nothing.  Which source a profiler reads is decided in ``choice.py``; the
+slow CUDA source used without the shim is ``cuda_fallback.py``.
 """
 from __future__ import annotations
 
 import importlib
 from types import CodeType, ModuleType
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from pytorch_memlab import _tracer
 from pytorch_memlab._tracer import Tracer
 from pytorch_memlab.records.meanings import Field
+
+if TYPE_CHECKING:
+    from pytorch_memlab._tracer import Capsule, Source
 
 # The line-event mechanism in use: "monitoring" (3.12+) or "settrace".
 MECHANISM: str = _tracer.MECHANISM
@@ -21,9 +24,10 @@ MECHANISM: str = _tracer.MECHANISM
 # The kinds of device a profiler reads.
 KINDS = ("cuda", "cpu")
 
-__all__ = ["KINDS", "MECHANISM", "Tracer", "allocated_at", "check_kind", "cuda_push_unavailable",
-           "field_table", "import_shim", "install_thread_hook", "is_compiled", "load_shim",
-           "prepare", "sample", "settle_blocks", "shim_capsule", "shim_fields"]
+__all__ = ["KINDS", "MECHANISM", "Tracer", "allocated_at", "check_kind", "cpu_seeded",
+           "cuda_push_unavailable", "field_table", "import_shim", "install_thread_hook",
+           "load_shim", "prepare", "sample", "seed_cpu", "shim_capsule", "shim_fields",
+           "shim_path"]
 
 
 def allocated_at(kind: str, device: int, ptr: int) -> Optional[tuple[CodeType, int]]:
@@ -33,18 +37,12 @@ def allocated_at(kind: str, device: int, ptr: int) -> Optional[tuple[CodeType, i
     return _tracer.allocated_at(kind, device, ptr)
 
 
-def is_compiled(source: Any) -> bool:
-    """Is ``source`` one of the shim's sources (a capsule the tracer reads in
-    C), rather than a Python object with ``sample()``?"""
-    return type(source).__name__ == "PyCapsule"
-
-
 def install_thread_hook() -> None:
     """settrace: hook the calling thread (threads that existed before enable())."""
     _tracer.install_thread_hook()
 
 
-def field_table(source: Any) -> tuple[Field, ...]:
+def field_table(source: Source) -> tuple[Field, ...]:
     """Every field of ``source`` (a capsule or a Python source), with its kind
     and unit, as the source declares them."""
     return tuple(Field(*row) for row in _tracer.field_table(source))
@@ -90,14 +88,19 @@ def load_shim() -> tuple[Optional[ModuleType], Optional[BaseException]]:
     return _shim_state
 
 
-def shim_capsule(kind: str) -> tuple[Any, Optional[BaseException]]:
+# The shim's sources by name: the polled CUDA one, the CPU one, and the two
+# CUDA push ones (the counted one also reads the stats at every allocation).
+_CAPSULES = {"cuda": "cuda_source", "cpu": "cpu_source", "cuda_push": "cuda_push_source",
+             "cuda_push_counted": "cuda_push_counted_source"}
+
+
+def shim_capsule(kind: str) -> tuple[Optional[Capsule], Optional[BaseException]]:
     """(the shim's ``kind`` source, a capsule; None) or (None, why there is
-    none).  ``kind`` is a shim kind: "cuda", "cpu", "cuda_push",
-    "cuda_push_counted"."""
+    none).  ``kind`` is a key of ``_CAPSULES``."""
     shim, error = load_shim()
     if shim is None:
         return None, error
-    capsule = getattr(shim, f"{kind}_source", None)
+    capsule: Optional[Capsule] = getattr(shim, _CAPSULES[kind], None)
     if capsule is None:
         return None, ImportError(
             f"pytorch_memlab._torchshim has no {kind} source "
@@ -120,31 +123,31 @@ def cuda_push_unavailable() -> Optional[str]:
     return why
 
 
+def shim_path(kind: str) -> str:
+    """How the tracer reads the shim's ``kind`` source: "push" or "poll"."""
+    path: str = import_shim().path(kind)
+    return path
+
+
 def sample(kind: str, device: int) -> Sequence[int]:
-    """One reading of the shim's ``kind`` source, its fields in order
-    (``sources.source_fields``); needs the shim."""
+    """One reading of the shim's ``kind`` source, its fields in order; needs
+    the shim."""
     return tuple(import_shim().sample(kind, device))
 
 
-def settle_blocks(kind: str, device: int) -> None:
-    """Bring the size of a CUDA block that has none yet (its size comes at the
-    device's next allocator event or read) to the tracers following blocks:
-    one reading of the push source.  Nothing to do on the CPU."""
-    if kind == "cuda":
-        import_shim().sample("cuda_push", device)
-
-
 def prepare(kind: str, device: int) -> None:
-    """Attach the shim's counting to ``kind`` now.  For "cpu", the first time
-    in a process: install the CPU allocator's counting wrapper, then count the
-    CPU tensor storages alive now (those MemReporter finds) as live, so that
-    levels and peaks start from what the program holds whichever function is
-    profiled first, and their frees are counted exactly.  Storages Python
-    cannot reach (held only by C++) stay uncounted."""
-    shim = import_shim()
-    shim.prepare(kind, device)
-    if kind == "cpu" and not shim.cpu_seeded():
-        from .mem_reporter.collect import cpu_storages
-        storages = cpu_storages()        # kept alive until seed_cpu returns
-        shim.seed_cpu([s._cdata for s in storages])
-        del storages
+    """Attach the shim's counting to ``kind`` now (for "cpu": install the CPU
+    allocator's counting wrapper)."""
+    import_shim().prepare(kind, device)
+
+
+def cpu_seeded() -> bool:
+    """Has the CPU source counted the storages that were alive before it?"""
+    return bool(import_shim().cpu_seeded())
+
+
+def seed_cpu(storages: Sequence[Any]) -> None:
+    """Count ``storages`` (CPU ``UntypedStorage`` objects, alive while this
+    runs) as live blocks of the CPU source, so that their frees are counted
+    exactly."""
+    import_shim().seed_cpu([s._cdata for s in storages])

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytorch_memlab import native, sources
+from . import native
+from .choice import choose
 
 _CUDA_OTHER_COLUMNS = ("active_bytes.all.current/peak, reserved_bytes.all.current/peak, "
                        "and per thread allocated_bytes.all.allocated/freed and "
@@ -31,25 +32,15 @@ def info() -> dict[str, Any]:
         "sources": {},
     }
     for kind in native.KINDS:
-        capsule, why = native.shim_capsule(kind)
-        if kind == "cuda" and capsule is not None and shim is not None:
-            push, why_not = sources.cuda_push_choice(DEFAULT_COLUMNS + (GROWTH_FIELD,))
-            if push is not None:
-                entry = {"source": "shim", "path": "push", "why": None,
-                         "note": _CUDA_OTHER_COLUMNS}
-            else:
-                entry = {"source": "shim", "path": "poll",
-                         "why": f"{why_not}; getDeviceStats is polled and the device's "
-                                "peak statistics are reset at every line event"}
-        elif capsule is not None and shim is not None:
-            entry = {"source": "shim", "path": shim.path(kind), "why": None}
-        elif kind == "cuda":
-            entry = {"source": "python fallback", "path": "poll",
-                     "why": f"the compiled shim is unavailable ({why}); "
-                            "torch._C._cuda_memoryStats is polled"}
-        else:
-            entry = {"source": None, "path": None,
-                     "why": f"CPU profiling needs the compiled shim ({why})"}
+        choice = choose(kind, DEFAULT_COLUMNS + (GROWTH_FIELD,))
+        entry: dict[str, Any] = {"source": choice.origin, "path": choice.path, "why": choice.why}
+        if choice.path == "push" and kind == "cuda":
+            entry["note"] = _CUDA_OTHER_COLUMNS
+        elif choice.path == "poll" and choice.origin == "shim":
+            entry["why"] = (f"{choice.why}; getDeviceStats is polled and the device's "
+                            "peak statistics are reset at every line event")
+        elif choice.origin == "python fallback":
+            entry["why"] = f"{choice.why}; torch._C._cuda_memoryStats is polled"
         result["sources"][kind] = entry
     return result
 

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..common.sizes import parse_size
+from ...common.sizes import parse_size
 
 if TYPE_CHECKING:
     import pytest

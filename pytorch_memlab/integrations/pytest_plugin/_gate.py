@@ -12,8 +12,8 @@ from typing import Any, Optional
 
 import pytest
 
-from ..records.document import SCHEMA_VERSION, from_document, to_document
-from ..records.model import FunctionRecord, Profile
+from ...records.document import SCHEMA_VERSION, from_document, to_document
+from ...records.model import FunctionRecord, Profile
 
 DOC_PROPERTY = "memlab_profile"       # the test's profile document (JSON-able)
 # The file's own key beside the line profile's: {node id: {"peak", "device"}},
@@ -26,7 +26,7 @@ CALLEE = " > "
 def parse_increase(text: Optional[str]) -> Optional[tuple[str, float]]:
     if text is None:
         return None
-    from ..diffing import parse_threshold
+    from ...records.diff import parse_threshold
     try:
         return parse_threshold(text, "--memlab-fail-on-increase")
     except ValueError as exc:
@@ -58,7 +58,7 @@ def named_document(nodeid: str, profile: Profile, own: set[tuple[str, int]]) -> 
 
 def read_baseline(path: str) -> dict[str, tuple[int, Profile]]:
     """{nodeid: (peak, the test's functions)}; UsageError naming the file."""
-    from ..records.saved import read
+    from ...records.saved import read
     try:
         profile = read(path)
     except OSError as exc:
@@ -102,14 +102,14 @@ def saved_profile(tests: dict[str, Any]) -> Profile:
 
 
 def write_saved(path: str, tests: dict[str, Any]) -> None:
-    from ..records.saved import save
+    from ...records.saved import save
     save(saved_profile(tests), path, "json")
 
 
 def increase_failure(old: tuple[int, Profile], peak: int, doc: dict[str, Any],
                      threshold: tuple[str, float], text: str) -> Optional[str]:
     """The failure message when ``peak`` grew over ``threshold``, else None."""
-    from ..common.sizes import readable_size
+    from ...common.sizes import readable_size
     old_peak, old_profile = old
     grown = peak - old_peak
     kind, limit = threshold
@@ -124,8 +124,9 @@ def increase_failure(old: tuple[int, Profile], peak: int, doc: dict[str, Any],
             f"{readable_size(peak)} (+{readable_size(grown)}{pct}), over "
             f"--memlab-fail-on-increase {text}")
     try:
-        from ..diffing import diff, render_text
-        table = render_text(diff(old_profile, from_document(doc, "this run")))
+        from ...records.diff import diff
+        from ...reports.diff_text import render_diff_text
+        table = render_diff_text(diff(old_profile, from_document(doc, "this run")))
     except (KeyError, ValueError, TypeError) as exc:
         table = f"(no table diff: {exc})"
     return head + "\n\n" + table

@@ -1,14 +1,20 @@
-"""A report as the printed table: rows per device, the totals, and on CUDA the
-allocator's blocks that add up to ``torch.cuda.memory_allocated()``."""
+"""A report: the rows ``MemReporter.report`` found, and the printed table of
+them (rows per device, the totals, and on CUDA the allocator's blocks that
+add up to ``torch.cuda.memory_allocated()``)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from dataclasses import asdict
+from typing import Any, Optional
 
+import torch
+
+from ..common.devices import DeviceSpec, device_matches
 from ..common.sizes import readable_size, with_bytes
+from ..reports.base import Reporter
 from . import blocks
-
-if TYPE_CHECKING:
-    from .rows import DeviceTotal, MemReport
+from .blocks import BlockRow
+from .rows import DeviceTotal, TensorRow, parse_filter
 
 # The CUDA caching allocator hands out blocks in multiples of this many bytes.
 CUDA_BLOCK_BYTES = 512
@@ -21,7 +27,7 @@ class MemReportText:
     def __init__(self, verbose: bool = False) -> None:
         self.verbose = verbose
 
-    def render(self, report: "MemReport") -> str:
+    def render(self, report: MemReport) -> str:
         verbose = self.verbose
         shown = [r for r in report.rows if verbose or r.alias_of is None]
         name_w = min(60, max([len(r.display_name(verbose)) for r in shown] + [24])) + 2
@@ -63,7 +69,7 @@ class MemReportText:
         return "\n".join(lines)
 
 
-def _block_lines(report: "MemReport", total: "DeviceTotal", rule: str) -> list[str]:
+def _block_lines(report: MemReport, total: DeviceTotal, rule: str) -> list[str]:
     """The allocator's blocks on a CUDA device: those no found tensor holds, then
     the sum that makes up torch.cuda.memory_allocated."""
     lines = []
@@ -90,3 +96,61 @@ def _block_lines(report: "MemReport", total: "DeviceTotal", rule: str) -> list[s
                      f"{with_bytes(total.awaiting_free_bytes)}")
     lines.append(str(total.note))
     return lines
+
+
+class MemReport:
+    """The result of :meth:`MemReporter.report`: rows grouped per device and per storage.
+
+    ``str(report)`` is the printed table; ``to_dicts()`` / ``to_json()`` give the same
+    data without formatting.
+    """
+
+    def __init__(self, rows: list[TensorRow], devices: list[DeviceTotal],
+                 verbose: bool = False, skipped: int = 0,
+                 blocks: Optional[list[BlockRow]] = None) -> None:
+        self.rows = rows
+        self.devices = devices
+        self.blocks = list(blocks or [])   # CUDA blocks no found tensor holds
+        self.verbose = verbose
+        self.skipped = skipped  # objects that raised while being inspected
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(d.bytes for d in self.devices)
+
+    def rows_on(self, device: Optional[DeviceSpec]) -> list[TensorRow]:
+        want = parse_filter(device, "rows_on(device=...)")
+        return [r for r in self.rows if want is None or device_matches(want, torch.device(r.device))]
+
+    def row(self, name: str) -> TensorRow:
+        """The row called ``name``; KeyError if there is none."""
+        for r in self.rows:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def to_dicts(self) -> list[dict[str, Any]]:
+        out = []
+        for r in self.rows:
+            d = asdict(r)
+            d["shape"] = list(r.shape)
+            out.append(d)
+        return out
+
+    def to_json(self, **dumps_kwargs: Any) -> str:
+        return json.dumps({"devices": [asdict(d) for d in self.devices],
+                           "rows": self.to_dicts(),
+                           "blocks": [asdict(b) for b in self.blocks],
+                           "skipped": self.skipped}, **dumps_kwargs)
+
+    def format(self, verbose: Optional[bool] = None) -> str:
+        reporter: Reporter[MemReport] = MemReportText(
+            self.verbose if verbose is None else verbose)
+        return reporter.render(self)
+
+    def __str__(self) -> str:
+        return self.format()
+
+    def __repr__(self) -> str:
+        return (f"<MemReport: {len(self.rows)} rows on {len(self.devices)} device(s), "
+                f"{self.total_bytes} bytes>")

@@ -27,8 +27,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Sequence
 
-from .records.meanings import Field
-from .records.model import GROWTH, FunctionRecord, LineRecord
+from .meanings import Field
+from .model import GROWTH, FunctionRecord, LineRecord
 
 Key = tuple[str, int, str, str]      # filename, first line, qualname, device
 Figures = dict[str, Optional[int]]

@@ -19,9 +19,9 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
-from .common.devices import parse_device
-from .common.paths import cannot_write
-from .line_profiler import DEFAULT_COLUMNS, LineProfiler
+from ..common.devices import parse_device
+from ..common.paths import cannot_write
+from ..line_profiler import DEFAULT_COLUMNS, LineProfiler
 
 if TYPE_CHECKING:
     import argparse
