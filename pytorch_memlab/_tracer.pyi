@@ -28,7 +28,9 @@ declares (a capsule in its memlab_field table, a Python source in ``kinds``):
   "level"   -> value at the end of the line; over executions: max
 """
 from types import CodeType
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeVar
+
+_T = TypeVar("_T")
 
 MECHANISM: str
 CURVE_MAX_POINTS: int
@@ -51,6 +53,10 @@ def allocated_at(source: str, device: int, ptr: int, /) -> tuple[CodeType, int] 
     it made inside a profiled function: made outside them or before the
     tracer was enabled, or not a live block's start.  Read-only.
     ValueError for a ``ptr`` that is no address."""
+
+def instances_of(cls: type[_T], /) -> list[_T]:
+    """The objects the garbage collector tracks whose type is ``cls`` or a
+    subclass of it (type slots only: no object's code runs)."""
 
 def install_thread_hook() -> bool:
     """settrace mechanism only: hook the calling thread if any tracer is

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from types import CodeType, ModuleType
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, TypeVar
 
 from pytorch_memlab import _tracer
 from pytorch_memlab._tracer import Tracer
@@ -18,12 +18,14 @@ from pytorch_memlab.records.meanings import Field
 # The line-event mechanism in use: "monitoring" (3.12+) or "settrace".
 MECHANISM: str = _tracer.MECHANISM
 
+_T = TypeVar("_T")
+
 # The kinds of device a profiler reads.
 KINDS = ("cuda", "cpu")
 
 __all__ = ["KINDS", "MECHANISM", "Tracer", "allocated_at", "check_kind", "cuda_push_unavailable",
-           "field_table", "import_shim", "install_thread_hook", "is_compiled", "load_shim",
-           "prepare", "sample", "settle_blocks", "shim_capsule", "shim_fields"]
+           "field_table", "import_shim", "install_thread_hook", "instances_of", "is_compiled",
+           "load_shim", "prepare", "sample", "settle_blocks", "shim_capsule", "shim_fields"]
 
 
 def allocated_at(kind: str, device: int, ptr: int) -> Optional[tuple[CodeType, int]]:
@@ -37,6 +39,13 @@ def is_compiled(source: Any) -> bool:
     """Is ``source`` one of the shim's sources (a capsule the tracer reads in
     C), rather than a Python object with ``sample()``?"""
     return type(source).__name__ == "PyCapsule"
+
+
+def instances_of(cls: type[_T]) -> list[_T]:
+    """The objects the garbage collector tracks whose type is ``cls`` or a
+    subclass of it, as ``issubclass(type(obj), cls)`` tells (no object's
+    code runs)."""
+    return _tracer.instances_of(cls)
 
 
 def install_thread_hook() -> None:
