@@ -9,8 +9,6 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Optional, Union
 from .. import postmortem
 from .. import native, sources
 from ..common.devices import DeviceArg, add_follower, note_cpu_fallback, resolve_devices
-from ..records import saved
-from ..records.document import to_document
 from ..records.meanings import Field
 from ..records.model import VERSION_KEYS, FunctionRecord, Profile, TimelineRow
 from ..records.selection import selects
@@ -393,6 +391,7 @@ class LineProfiler:
 
     def to_dict(self) -> dict[str, Any]:
         """Everything ``save`` writes to JSON (the schema: ``records.document``)."""
+        from ..records.document import to_document
         return to_document(self.to_profile())
 
     def save(self, path: Union[str, "os.PathLike[str]"], format: Optional[str] = None) -> None:
@@ -402,6 +401,7 @@ class LineProfiler:
         "csv") overrides the extension.  A ``profile_every`` function's
         profiler saves the figures since its last table, or, when no call ran
         since, that table's.  The HTML report: ``pytorch_memlab.html_report``."""
+        from ..records import saved
         saved.save(self.to_profile(), path, format)
 
     def to_dataframe(self, func: Any = None, columns: ColumnsArg = None) -> "pandas.DataFrame":
