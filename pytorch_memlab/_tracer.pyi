@@ -28,7 +28,7 @@ declares (a capsule in its memlab_field table, a Python source in ``kinds``):
   "level"   -> value at the end of the line; over executions: max
 """
 from types import CodeType
-from typing import Any, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 _T = TypeVar("_T")
 
@@ -69,6 +69,17 @@ def _thread_starter(*args: Any) -> Any:
     """The threading.settrace hook of the settrace mechanism: runs the hook
     that was there before (returning what it returns, else None), then hooks
     the new thread."""
+
+class ProfiledCall:
+    """``func``, with ``enter()`` before each call and ``leave(exception or
+    None)`` after it; no Python frame of its own.  Has a ``__dict__``, binds
+    as a method, pickles by ``__qualname__``."""
+    __code__: CodeType
+    __wrapped__: Callable[..., Any]
+    def __init__(self, func: Callable[..., Any], enter: Callable[[], object],
+                 leave: Callable[[BaseException | None], object]) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+    def __get__(self, obj: object, owner: type | None = None) -> Any: ...
 
 class Tracer:
     # read-only attributes (getters without setters)

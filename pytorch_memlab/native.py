@@ -12,7 +12,7 @@ from types import CodeType, ModuleType
 from typing import Any, Optional, Sequence, TypeVar
 
 from pytorch_memlab import _tracer
-from pytorch_memlab._tracer import Tracer
+from pytorch_memlab._tracer import ProfiledCall, Tracer
 from pytorch_memlab.records.meanings import Field
 
 # The line-event mechanism in use: "monitoring" (3.12+) or "settrace".
@@ -23,7 +23,7 @@ _T = TypeVar("_T")
 # The kinds of device a profiler reads.
 KINDS = ("cuda", "cpu")
 
-__all__ = ["KINDS", "MECHANISM", "Tracer", "allocated_at", "check_kind", "cuda_push_unavailable",
+__all__ = ["KINDS", "MECHANISM", "ProfiledCall", "Tracer", "allocated_at", "check_kind", "cuda_push_unavailable",
            "field_table", "import_shim", "install_thread_hook", "instances_of", "is_compiled",
            "load_shim", "prepare", "sample", "settle_blocks", "shim_capsule", "shim_fields"]
 

@@ -1,6 +1,7 @@
 /* pytorch_memlab._tracer: module init only. */
 #include "tracer.h"
 #include "instances.h"
+#include "profiledcall.h"
 
 static PyObject *
 source_info(PyObject *module, PyObject *source)
@@ -100,7 +101,8 @@ register_atexit(PyObject *module)
 static int
 tracer_exec(PyObject *module)
 {
-    if (tracer_type_init(module) < 0 || hooks_init(module) < 0) {
+    if (tracer_type_init(module) < 0 || hooks_init(module) < 0
+        || profiledcall_type_init(module) < 0) {
         return -1;
     }
     return register_atexit(module);
