@@ -122,7 +122,8 @@ def _plain(func: Callable[..., Any], profiler: LineProfiler, code: types.CodeTyp
     def leave(exc: Optional[BaseException]) -> None:
         _leave(profiler, exc, after_call)
 
-    call = functools.wraps(func)(native.ProfiledCall(func, enter, leave))
+    call = native.ProfiledCall(func, enter, leave)
+    functools.update_wrapper(call, func)
     call.__code__ = _face_code(code, "plain")
     return call
 
