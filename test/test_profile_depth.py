@@ -14,6 +14,11 @@ pytest.importorskip("pytorch_memlab._torchshim")
 
 from pytorch_memlab import LineProfiler, clear_global_line_profiler, profile  # noqa: E402
 
+# Python 3.12 alone also counts each call from C into Python against a fixed
+# C recursion limit (1500 units, two per call, whatever sys.getrecursionlimit
+# says): through a C callable, three quarters of the depth at most there.
+SHARE = 0.7 if sys.version_info[:2] == (3, 12) else 0.9
+
 
 def deepest(func):
     """The deepest level ``func``, calling itself, reached before RecursionError."""
@@ -34,11 +39,11 @@ def cleared():
     clear_global_line_profiler()
 
 
-def test_recursion_reaches_nine_tenths_of_its_unprofiled_depth(cleared):
+def test_recursion_reaches_nearly_its_unprofiled_depth(cleared):
     plain = deepest(descend)
     depth = deepest(profile(descend, device="cpu"))
     assert sys.getrecursionlimit() >= plain >= 0.9 * sys.getrecursionlimit() - 20
-    assert depth >= 0.9 * plain, (depth, plain)
+    assert depth >= SHARE * plain, (depth, plain)
 
 
 def grow(n):

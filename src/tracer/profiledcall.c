@@ -60,25 +60,10 @@ ProfiledCall_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyOb
         return NULL;
     }
     Py_DECREF(entered);
-#if PY_VERSION_HEX >= 0x030C0000
-    /* From 3.12 this counts C stack only, apart from Python's recursion
-     * limit; before, it would count each level twice against that limit. */
-    if (Py_EnterRecursiveCall(" while calling a profiled function")) {
-        PyObject *exc = take_exception();
-        PyObject *left = PyObject_CallOneArg(self->leave, exc);
-        Py_XDECREF(left);
-        if (left == NULL) {
-            Py_DECREF(exc);
-            return NULL;
-        }
-        raise_exception(exc);
-        return NULL;
-    }
-#endif
+    /* No Py_EnterRecursiveCall of its own: entering func's frame checks the
+     * depth (and, from 3.12, the C stack) already, and a second count per
+     * level would halve the depth reachable. */
     PyObject *result = PyObject_Vectorcall(self->func, args, nargsf, kwnames);
-#if PY_VERSION_HEX >= 0x030C0000
-    Py_LeaveRecursiveCall();
-#endif
     if (result != NULL) {
         PyObject *left = PyObject_CallOneArg(self->leave, Py_None);
         if (left == NULL) {
