@@ -30,9 +30,19 @@ What is measured (on CUDA when available, else on CPU with device='cpu'):
                   ``python -m pytorch_memlab run -f step`` after step ran,
                   over the plain script (fresh interpreters, rounds rotate);
                   the same script under ``@profile`` beside it.
-  memory          host memory held after N line events, per event: ours over
-                  1,000,000 events (RSS delta after gc), the old one over
-                  20,000 (tracemalloc delta: its records are Python dicts).
+  memory          host memory held after N line events, per event: ours at
+                  two sizes, 1,000,002 and 10,000,002 events (RSS delta after
+                  gc, a fresh profiler per size, one call of that size before
+                  the one measured), the old one over 20,000 (tracemalloc
+                  delta: its records are Python dicts).  What ours holds is
+                  the memory curve's (records.curve): a kept call and the
+                  call being recorded, each at most 100,000 points of 32
+                  bytes, per profiled function and device (CURVE_BOUND), and
+                  the allocator may keep those pages or give them back.  The
+                  row is met when what a call leaves at either size is within
+                  that bound (a cost per event would pass it at 10,000,002
+                  events from 0.64 B each); the largest size again with
+                  curve=None shows the part that is the curve's.
 
   python bench/bench_torch.py           # full run (about a minute or two)
   python bench/bench_torch.py --quick   # smoke run
@@ -65,8 +75,9 @@ from pytorch_memlab import _tracer
 
 TARGETS = {"per_line_us": 0.5, "unrelated_ratio": 1.02, "train_ratio": 1.10,
            "cli_unrelated_ratio": bench_cli.TARGET, "bytes_per_event": "flat"}
-# "flat": what 1,000,000 line events leave behind stays under this per event
-FLAT_BYTES_PER_EVENT = 1.0
+# "flat": what a call leaves behind, at 1,000,002 and 10,000,002 line events,
+# within the curve's two buffers (kept and live) of CURVE_MAX_POINTS 32-byte points
+CURVE_BOUND = 2 * _tracer.CURVE_MAX_POINTS * 32
 
 
 # ---- the code that is profiled or timed -------------------------------------------
@@ -382,11 +393,10 @@ def train_old(env, args, old, step):
 
 # ---- 4. host memory held per line event --------------------------------------------
 
-def memory_ours(env, events):
-    prof = LineProfiler(hot, device=env.dev)
+def memory_one_size(env, events, curve="peak"):
+    prof = LineProfiler(hot, device=env.dev, curve=curve)
     with prof:
-        # line tables, allocator wrapper, hooks, and the curve's buffers at their
-        # cap (100,000 points: a fixed cost, not one per event)
+        # line tables, allocator wrapper, hooks, and a kept curve of this size
         hot(events // 11)
     settle()
     before_events = ours_events(prof, hot)
@@ -398,6 +408,15 @@ def memory_ours(env, events):
     rss1 = rss_bytes()
     n = ours_events(prof, hot) - before_events
     return {"bytes_per_event": (rss1 - rss0) / n, "events": n, "rss_delta": rss1 - rss0}
+
+
+def memory_ours(env, sizes):
+    """Each size's figures, then the largest with curve=None; ``bytes_per_event``:
+    the largest size's; ``bounded``: what each call left within CURVE_BOUND."""
+    runs = [memory_one_size(env, events) for events in sizes]
+    return {"bytes_per_event": runs[-1]["bytes_per_event"], "runs": runs,
+            "events": runs[-1]["events"], "no_curve": memory_one_size(env, sizes[-1], None),
+            "bounded": all(r["rss_delta"] <= CURVE_BOUND for r in runs)}
 
 
 def memory_old(env, events, old):
@@ -426,7 +445,7 @@ def memory_old(env, events, old):
 
 
 def memory_all(env, args, old):
-    out = {"ours": memory_ours(env, args.ours_mem_events)}
+    out = {"ours": memory_ours(env, args.ours_mem_sizes)}
     if old is not None:
         measure_old(out, memory_old, env, args.old_mem_events, old)
     return out
@@ -463,9 +482,11 @@ def table(env, res, old_why):
                  "<= 1.10x", tr["ours"] <= TARGETS["train_ratio"]))
     ours_b = mem["ours"]["bytes_per_event"]
     old_b = (mem.get("old") or {}).get("bytes_per_event")
-    rows.append(("host memory (B/line event)", fmt(ours_b, ".3f"), fmt(old_b, ".0f"),
+    rows.append(("host memory (B/line event at 1M / 10M)",
+                 " / ".join(fmt(r["bytes_per_event"], ".3f") for r in mem["ours"]["runs"]),
+                 fmt(old_b, ".0f"),
                  "n/a" if old_b is None else ("inf" if ours_b <= 0 else f"{old_b / ours_b:.0f}x"),
-                 "flat", ours_b < FLAT_BYTES_PER_EVENT))
+                 "flat", mem["ours"]["bounded"]))
     head = ("measure", "ours", "old 0.3.2", "old/ours", "target", "ours ok")
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(5)]
     line = "  ".join("{:<%d}" % widths[0] if i == 0 else "{:>%d}" % widths[i]
@@ -490,6 +511,13 @@ def table(env, res, old_why):
                  + (f", old {mem['old']['events']}" if mem.get("old") else "")
                  + f"; train step {tr['step_ms']:.2f} ms unprofiled, {tr['steps']} steps each way"
                  + f"; unrelated base {un['base_ms']:.2f} ms")
+    notes.append("host memory held after one call (RSS): " + ", ".join(
+        f"{r['rss_delta'] / 1e6:.2f} MB at {r['events']:,} events ({r['bytes_per_event']:.3f} B each)"
+        for r in mem["ours"]["runs"])
+        + f"; within the curve's two buffers, {CURVE_BOUND / 1e6:.1f} MB: "
+        + ("yes" if mem["ours"]["bounded"] else "NO")
+        + f"; curve=None: {mem['ours']['no_curve']['rss_delta'] / 1e6:.2f} MB at "
+        f"{mem['ours']['no_curve']['events']:,} events")
     notes.append(f"run -f: the same script under @profile {cli['decorator']:.3f}x; "
                  f"trace hook seen by the unrelated code: run -f {cli['hooked']['cli']}, "
                  f"@profile {cli['hooked']['decorator']}; plain base {cli['base_ms']:.1f} ms, "
@@ -525,12 +553,12 @@ def main():
         args.ours_iters, args.ours_pairs, args.old_iters, args.old_pairs = 400, 21, 40, 3
         args.unrelated_n, args.unrelated_repeats, args.old_unrelated_repeats = 5000, 11, 3
         args.blocks, args.per_block, args.warmup = 2, 2, 1
-        args.ours_mem_events, args.old_mem_events = 1_000_000, 2_000
+        args.ours_mem_sizes, args.old_mem_events = (1_000_002, 10_000_002), 2_000
     else:
         args.ours_iters, args.ours_pairs, args.old_iters, args.old_pairs = 400, 151, 200, 7
         args.unrelated_n, args.unrelated_repeats, args.old_unrelated_repeats = 20000, 41, 9
         args.blocks, args.per_block, args.warmup = 4, 5, 3
-        args.ours_mem_events, args.old_mem_events = 1_000_000, 20_000
+        args.ours_mem_sizes, args.old_mem_events = (1_000_002, 10_000_002), 20_000
 
     env = Env()
     old, old_why = (None, "--no-old") if args.no_old else load_old()
@@ -567,7 +595,9 @@ def main():
                  "cli_unrelated_ratio": round(res["cli"]["cli"], 4),
                  "cli_decorator_ratio": round(res["cli"]["decorator"], 4),
                  "bytes_per_event": round(mem["ours"]["bytes_per_event"], 4),
-                 "mem_events": mem["ours"]["events"]},
+                 "mem_events": mem["ours"]["events"],
+                 "mem_runs": mem["ours"]["runs"], "mem_no_curve": mem["ours"]["no_curve"],
+                 "mem_bounded": mem["ours"]["bounded"]},
         "old": {"per_line_us": None if "old" not in pl else round(pl["old"]["per_line_us"], 2),
                 "unrelated_ratio": None if "old" not in un else round(un["old"], 3),
                 "train_ratio": None if "old" not in tr else round(tr["old"], 3),

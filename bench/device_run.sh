@@ -41,7 +41,7 @@ if [[ $STAGES == *test* ]]; then
 fi
 
 if [[ $STAGES == *bench* ]]; then
-    for b in bench/bench_tracer.py bench/bench_torch.py; do
+    for b in bench/bench_tracer.py bench/bench_torch.py bench/bench_costs.py; do
         [ -f "$b" ] || continue
         python3 "$b" 2>&1 | tee "$OUT/$(basename "$b" .py).log" | tail -25
     done

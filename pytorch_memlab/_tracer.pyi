@@ -28,7 +28,9 @@ declares (a capsule in its memlab_field table, a Python source in ``kinds``):
   "level"   -> value at the end of the line; over executions: max
 """
 from types import CodeType
-from typing import Any, Optional, Protocol, Sequence, TypeAlias, Union, final
+from typing import Any, Callable, Optional, Protocol, Sequence, TypeAlias, TypeVar, Union, final
+
+_T = TypeVar("_T")
 
 @final
 class Capsule:
@@ -75,6 +77,10 @@ def allocated_at(source: str, device: int, ptr: int, /) -> tuple[CodeType, int] 
     tracer was enabled, or not a live block's start.  Read-only.
     ValueError for a ``ptr`` that is no address."""
 
+def instances_of(cls: type[_T], /) -> list[_T]:
+    """The objects the garbage collector tracks whose type is ``cls`` or a
+    subclass of it (type slots only: no object's code runs)."""
+
 def install_thread_hook() -> bool:
     """settrace mechanism only: hook the calling thread if any tracer is
     enabled (threads that existed before enable()).  No-op otherwise."""
@@ -86,6 +92,17 @@ def _thread_starter(*args: Any) -> Any:
     """The threading.settrace hook of the settrace mechanism: runs the hook
     that was there before (returning what it returns, else None), then hooks
     the new thread."""
+
+class ProfiledCall:
+    """``func``, with ``enter()`` before each call and ``leave(exception or
+    None)`` after it; no Python frame of its own.  Has a ``__dict__``, binds
+    as a method, pickles by ``__qualname__``."""
+    __code__: CodeType
+    __wrapped__: Callable[..., Any]
+    def __init__(self, func: Callable[..., Any], enter: Callable[[], object],
+                 leave: Callable[[BaseException | None], object]) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+    def __get__(self, obj: object, owner: type | None = None) -> Any: ...
 
 class Tracer:
     # read-only attributes (getters without setters)

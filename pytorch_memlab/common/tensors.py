@@ -9,12 +9,11 @@ without the non-leaf warning; its storage named by the memory it holds.
 """
 from __future__ import annotations
 
-import gc
 from typing import Optional
 
 import torch
 
-__all__ = ["is_tensor", "grad_of", "live_tensors", "storage_of", "StorageKey"]
+__all__ = ["is_tensor", "grad_of", "storage_of", "StorageKey"]
 
 # (device, address); ("impl", id of the C storage) for a storage without an address
 StorageKey = tuple[str, int]
@@ -37,11 +36,6 @@ def grad_of(t: torch.Tensor) -> Optional[torch.Tensor]:
     except Exception:
         return None
     return grad if is_tensor(grad) else None
-
-
-def live_tensors() -> list[torch.Tensor]:
-    """Every tensor Python can see (the objects the garbage collector tracks)."""
-    return [obj for obj in gc.get_objects() if is_tensor(obj)]
 
 
 def storage_of(t: torch.Tensor) -> Optional[tuple[StorageKey, int]]:

@@ -9,7 +9,8 @@ from typing import Iterable, Optional, Union
 import torch
 
 from ..common.devices import DeviceSpec, cuda_index
-from ..common.tensors import StorageKey, grad_of, live_tensors, storage_of
+from ..common.tensors import StorageKey, grad_of, storage_of
+from ..sources import native
 
 DEFAULT_THRESHOLD = 64 * 1024 * 1024
 """Bytes a device may still hold after ``yield_memory()`` before a warning."""
@@ -100,7 +101,7 @@ def held_elsewhere(storage: torch.UntypedStorage) -> bool:
 def roots_tensors(roots: Optional[list[object]]) -> list[torch.Tensor]:
     """Tensors directly reachable from the roots (or every live tensor)."""
     if roots is None:
-        return live_tensors()
+        return native.instances_of(torch.Tensor)
     found = []
     visited = set()
     pending: list[object] = list(roots)

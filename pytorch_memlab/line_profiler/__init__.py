@@ -1,13 +1,19 @@
 """The line profiler's Python face over the C tracer (pytorch_memlab._tracer)
 and the memory sources (``pytorch_memlab.sources``, whose ``native.py`` is
 the boundary to both)."""
+from importlib import import_module
+from typing import Any
+
 from ..common.devices import reset_target_gpu, set_target_gpu, target_gpu
-from ..common.sizes import readable_size
-from ..records.document import SCHEMA_VERSION
-from ..reports.saved_profile import SavedProfile, load
 from ..records.columns import DEFAULT_COLUMNS
 from .decorators import clear_global_line_profiler, global_line_profiler, profile, profile_every
 from .profiler import LineProfiler
+
+# Imported when first asked for: profiling needs none of them.
+_LATER = {"readable_size": "pytorch_memlab.common.sizes",
+          "SCHEMA_VERSION": "pytorch_memlab.records.document",
+          "SavedProfile": "pytorch_memlab.reports.saved_profile",
+          "load": "pytorch_memlab.reports.saved_profile"}
 
 __all__ = [
     "DEFAULT_COLUMNS",
@@ -24,3 +30,12 @@ __all__ = [
     "set_target_gpu",
     "target_gpu",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LATER.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value

@@ -52,8 +52,6 @@ import torch
 
 from ..common.devices import device_matches
 from ..common.frames import frame_tensors, is_own_frame
-from ..mem_reporter.collect import Collector, walk_gc
-from ..reports.postmortem_text import hints
 
 TOP = 10
 _CPU_OOM = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes")
@@ -209,6 +207,7 @@ def _frames(exc: BaseException) -> list[types.FrameType]:
 def _live_tensors(exc: BaseException, device: str) -> list[dict[str, Any]]:
     """MemReporter's rows on ``device`` (largest first), the frames' local
     variables named after themselves."""
+    from ..mem_reporter.collect import Collector, walk_gc   # only once memory ran out
     col = Collector()
     origin: dict[str, str] = {}
     try:
@@ -302,6 +301,7 @@ def capture(exc: BaseException, live: Optional[LiveReader] = None) -> Optional[d
             pm["tensors"] = _live_tensors(exc, pm["device"])
         except Exception:
             pm["tensors"] = []
+        from ..reports.postmortem_text import hints
         pm["hints"] = hints(pm)
         return pm
     except Exception:

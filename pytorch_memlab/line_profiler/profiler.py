@@ -9,10 +9,8 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Optional, Union
 from .. import sources
 from ..common.callables import compiled_by_dynamo, resolve_function
 from ..common.devices import DeviceArg, add_follower, note_cpu_fallback, resolve_devices
-from ..records import saved
 from ..records.columns import ColumnsArg, normalize_columns, pick_columns
 from ..records.curve import DEFAULT_CURVE, CurveArg, check_curve
-from ..records.document import to_document
 from ..records.meanings import Field
 from ..records.model import VERSION_KEYS, FunctionRecord, Profile, TimelineRow
 from ..records.selection import selects
@@ -289,6 +287,11 @@ class LineProfiler:
     def stats(self, func: Any = None, columns: ColumnsArg = None) -> list[FunctionRecord]:
         """One record per function and device (``records.model``; each reads
         as the documented dict, ``to_dict()`` gives it)."""
+        return self._stats(func, columns, curves=True)
+
+    def _stats(self, func: Any, columns: ColumnsArg, curves: bool) -> list[FunctionRecord]:
+        """``stats``; ``curves=False`` leaves each record's curve out: a report
+        that draws none need not pay for turning every point into a list."""
         with self._lock:
             self._refresh_codes()
             shown = pick_columns(columns, self.columns)
@@ -299,7 +302,7 @@ class LineProfiler:
             records = build_records(entries, self._tracers.labels(), self._tracers.stats(),
                                     self.columns, shown, self._raised,
                                     self._tracers.call_stats(),
-                                    self._tracers.curves(), self.curve,
+                                    self._tracers.curves() if curves else (), self.curve,
                                     self._tracers.peaks())
             return postmortem.attach(records, self._postmortem)
 
@@ -328,12 +331,16 @@ class LineProfiler:
         that renders as HTML in notebooks (with each function's curve above
         its table) and as text with ``print``/``repr``.  ``by_call``: each
         device's figures of the first call and of the later calls side by
-        side; ``hide_unrun``: leave out the lines that never ran."""
-        records = self.stats(func, columns)
-        with self._lock:
-            notes = self._untraced_notes(self._selected(func), records)
-        return ProfileDisplay(Profile(records, list(self.columns), self.devices, notes=notes,
-                                      meanings=self._meanings()), by_call, hide_unrun)
+        side; ``hide_unrun``: leave out the lines that never ran.  The text
+        holds no curve: the curves are built when the HTML is first asked for,
+        and the HTML shows the figures of that moment."""
+        def profile(curves: bool) -> Profile:
+            records = self._stats(func, columns, curves)
+            with self._lock:
+                notes = self._untraced_notes(self._selected(func), records)
+            return Profile(records, list(self.columns), self.devices, notes=notes,
+                           meanings=self._meanings())
+        return ProfileDisplay(profile(False), by_call, hide_unrun, drawn=lambda: profile(True))
 
     def print_stats(self, func: Any = None, columns: ColumnsArg = None,
                     stream: Optional[IO[str]] = None, by_call: bool = False,
@@ -371,6 +378,7 @@ class LineProfiler:
 
     def to_dict(self) -> dict[str, Any]:
         """Everything ``save`` writes to JSON (the schema: ``records.document``)."""
+        from ..records.document import to_document
         return to_document(self.to_profile())
 
     def save(self, path: Union[str, "os.PathLike[str]"], format: Optional[str] = None) -> None:
@@ -380,6 +388,7 @@ class LineProfiler:
         "csv") overrides the extension.  A ``profile_every`` function's
         profiler saves the figures since its last table, or, when no call ran
         since, that table's.  The HTML report: ``pytorch_memlab.html_report``."""
+        from ..records import saved
         saved.save(self.to_profile(), path, format)
 
     def to_dataframe(self, func: Any = None, columns: ColumnsArg = None) -> "pandas.DataFrame":

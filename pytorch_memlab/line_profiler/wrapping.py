@@ -101,18 +101,31 @@ def wrap(func: Callable[..., Any], profiler: LineProfiler,
     if inspect.isgeneratorfunction(func):
         return _face(_wrap_generator(func, profiler, after_call, after_step, code), func,
                      code, "generator")
-    profiled = _ProfiledCall(profiler, code, after_call)
-
     if inspect.iscoroutinefunction(func):
+        profiled = _ProfiledCall(profiler, code, after_call)
+
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             with profiled:
                 return await func(*args, **kwargs)
         return _face(async_wrapper, func, code, "async")
+    return _plain(func, profiler, code, after_call)
 
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with profiled:
-            return func(*args, **kwargs)
-    return _face(wrapper, func, code, "plain")
+
+def _plain(func: Callable[..., Any], profiler: LineProfiler, code: types.CodeType,
+           after_call: Optional[AfterCall]) -> Callable[..., Any]:
+    """A C callable (``native.ProfiledCall``): no Python frame of ours per
+    call, so a recursive function reaches the depth it reaches unprofiled.
+    Its ``__code__`` is the face's, for the tools that read it."""
+    def enter() -> None:
+        _enter(profiler, code)
+
+    def leave(exc: Optional[BaseException]) -> None:
+        _leave(profiler, exc, after_call)
+
+    call = native.ProfiledCall(func, enter, leave)
+    functools.update_wrapper(call, func)
+    call.__code__ = _face_code(code, "plain")
+    return call
 
 
 class _ProfiledCall:

@@ -10,7 +10,8 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from ..common.frames import caller_frames, frame_tensors
-from ..common.tensors import StorageKey, grad_of, is_tensor, live_tensors, storage_of
+from ..common.tensors import StorageKey, grad_of, is_tensor, storage_of
+from ..sources import native
 from .rows import TensorRow
 
 # Components of each sparse layout and of a jagged nested tensor, as (row
@@ -247,7 +248,7 @@ def walk_frames(col: Collector) -> None:
 def walk_gc(col: Collector) -> None:
     """Every other tensor Python can see; a tensor that is another's .grad is listed
     under that owner's name."""
-    tensors = live_tensors()
+    tensors = native.instances_of(torch.Tensor)
     col.hold(tensors)
     grad_ids = set()
     for t in tensors:

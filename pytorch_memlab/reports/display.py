@@ -2,6 +2,8 @@
 table elsewhere (``repr``/``print``)."""
 from __future__ import annotations
 
+from typing import Callable, Optional
+
 from ..records.model import Profile
 from .base import Reporter, reporter_for
 
@@ -20,11 +22,14 @@ def untraced_note(qualname: str, calls: int, compiled: bool) -> str:
 
 class ProfileDisplay:
     """``by_call``: first call and later calls apart; ``hide_unrun``: leave out
-    the lines that never ran, in both forms."""
+    the lines that never ran, in both forms.  ``drawn``: makes the profile the
+    HTML draws, curves included, when first asked (None: ``profile`` has them)."""
 
     def __init__(self, profile: Profile, by_call: bool = False,
-                 hide_unrun: bool = False) -> None:
+                 hide_unrun: bool = False,
+                 drawn: Optional[Callable[[], Profile]] = None) -> None:
         self.profile = profile
+        self._drawn = drawn
         self.text: Reporter[Profile] = reporter_for("text", by_call=by_call,
                                                     hide_unrun=hide_unrun)
         self.notebook: Reporter[Profile] = reporter_for("notebook", by_call=by_call,
@@ -40,4 +45,6 @@ class ProfileDisplay:
     __str__ = __repr__
 
     def _repr_html_(self) -> str:
+        if self._drawn is not None:
+            self.profile, self._drawn = self._drawn(), None
         return self.notebook.render(self.profile)

@@ -198,7 +198,8 @@ def _curves(section: Section, code: dict[str, dict[int, str]]) -> list[CurveView
 
 
 def _table(section: Section, profile: Profile, full: dict[tuple[str, str], int],
-           code: dict[str, dict[int, str]], by_call: bool, hide_unrun: HideArg) -> Table:
+           code: dict[str, dict[int, str]], by_call: bool, hide_unrun: HideArg,
+           curves: bool = True) -> Table:
     # per call, a line's bytes at the peak have no first / later split
     columns = [c for c in section.columns if c != HELD] + [COUNT] if by_call \
         else section.columns
@@ -229,7 +230,7 @@ def _table(section: Section, profile: Profile, full: dict[tuple[str, str], int],
         notes.append(no_source_note(section.qualname, section.filename))
     return Table(section.qualname, section.filename, section.first_line, groups,
                  columns, rows, None if pm is None else format_postmortem(pm, section.qualname),
-                 notes, _curves(section, code), hidden, peaks)
+                 notes, _curves(section, code) if curves else [], hidden, peaks)
 
 
 class Style(Protocol):
@@ -248,23 +249,25 @@ def source_code(functions: Sequence[FunctionRecord]) -> dict[str, dict[int, str]
     return code
 
 
-def tables(profile: Profile, by_call: bool = False,
-           hide_unrun: HideArg = False) -> tuple[list[Table], list[str]]:
-    """(a ``Table`` per function that ran, qualnames of those that did not)."""
+def tables(profile: Profile, by_call: bool = False, hide_unrun: HideArg = False,
+           curves: bool = True) -> tuple[list[Table], list[str]]:
+    """(a ``Table`` per function that ran, qualnames of those that did not);
+    ``curves=False``: no ``Table.curves`` (a format that draws none)."""
     shown, idle = sections(profile.functions)
     full = scales(shown)
-    code = source_code(profile.functions)
-    return [_table(s, profile, full, code, by_call, hide_unrun) for s in shown], idle
+    code = source_code(profile.functions) if curves else {}
+    return [_table(s, profile, full, code, by_call, hide_unrun, curves) for s in shown], idle
 
 
 def render_sections(profile: Profile, style: Style, by_call: bool = False,
-                    hide_unrun: HideArg = False) -> list[str]:
+                    hide_unrun: HideArg = False, curves: bool = True) -> list[str]:
     """The one section renderer: each function that ran as ``style`` shows it,
     then the note on those that did not (or on there being none).  ``by_call``:
     each device's columns twice, for the first call and for the later ones;
     ``hide_unrun``: leave out the lines that never ran (a docstring, a branch
-    not taken), in every table or in those of the qualnames it holds."""
-    shown_tables, idle = tables(profile, by_call, hide_unrun)
+    not taken), in every table or in those of the qualnames it holds;
+    ``curves=False`` for a style that draws no curve (a text table)."""
+    shown_tables, idle = tables(profile, by_call, hide_unrun, curves)
     parts = [style.section(table) for table in shown_tables]
     note = idle_note(idle, bool(shown_tables))
     if note:

@@ -81,7 +81,8 @@ class TextReport:
         self.hide_unrun = hide_unrun
 
     def render(self, profile: Profile) -> str:
-        text = "\n".join(render_sections(profile, _TextStyle(), self.by_call, self.hide_unrun))
+        text = "\n".join(render_sections(profile, _TextStyle(), self.by_call, self.hide_unrun,
+                                         curves=False))
         for note in profile.notes:
             text += note + "\n"
         return text

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import importlib
 from types import CodeType, ModuleType
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence, TypeVar
 
 from pytorch_memlab import _tracer
-from pytorch_memlab._tracer import Tracer
+from pytorch_memlab._tracer import ProfiledCall, Tracer
 from pytorch_memlab.records.meanings import Field
 
 if TYPE_CHECKING:
@@ -21,13 +21,15 @@ if TYPE_CHECKING:
 # The line-event mechanism in use: "monitoring" (3.12+) or "settrace".
 MECHANISM: str = _tracer.MECHANISM
 
+_T = TypeVar("_T")
+
 # The kinds of device a profiler reads.
 KINDS = ("cuda", "cpu")
 
-__all__ = ["KINDS", "MECHANISM", "Tracer", "allocated_at", "check_kind", "cpu_seeded",
-           "cuda_push_unavailable", "field_table", "import_shim", "install_thread_hook",
-           "load_shim", "prepare", "sample", "seed_cpu", "shim_capsule", "shim_fields",
-           "shim_path"]
+__all__ = ["KINDS", "MECHANISM", "ProfiledCall", "Tracer", "allocated_at", "check_kind",
+           "cpu_seeded", "cuda_push_unavailable", "field_table", "import_shim",
+           "install_thread_hook", "instances_of", "load_shim", "prepare", "sample", "seed_cpu",
+           "shim_capsule", "shim_fields", "shim_path"]
 
 
 def allocated_at(kind: str, device: int, ptr: int) -> Optional[tuple[CodeType, int]]:
@@ -35,6 +37,13 @@ def allocated_at(kind: str, device: int, ptr: int) -> Optional[tuple[CodeType, i
     ``ptr`` of a ``kind`` device, as an enabled profiler recorded it, or None
     (only sources that push their allocations record them: the CPU's)."""
     return _tracer.allocated_at(kind, device, ptr)
+
+
+def instances_of(cls: type[_T]) -> list[_T]:
+    """The objects the garbage collector tracks whose type is ``cls`` or a
+    subclass of it, as ``issubclass(type(obj), cls)`` tells (no object's
+    code runs)."""
+    return _tracer.instances_of(cls)
 
 
 def install_thread_hook() -> None:

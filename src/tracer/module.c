@@ -1,5 +1,7 @@
 /* pytorch_memlab._tracer: module init only. */
 #include "tracer.h"
+#include "instances.h"
+#include "profiledcall.h"
 
 static PyObject *
 source_info(PyObject *module, PyObject *source)
@@ -77,6 +79,9 @@ static PyMethodDef module_methods[] = {
     {"allocated_at", allocated_at, METH_VARARGS,
      "allocated_at(source, device, ptr): (code, lineno) of the profiled line that made "
      "the live block at ptr, or None."},
+    {"instances_of", memlab_instances_of, METH_O,
+     "instances_of(cls): the objects the garbage collector tracks whose type is cls or a "
+     "subclass of it."},
     {"_shutdown", shutdown, METH_NOARGS, "Disable every tracer (atexit)."},
     {NULL, NULL, 0, NULL},
 };
@@ -96,7 +101,8 @@ register_atexit(PyObject *module)
 static int
 tracer_exec(PyObject *module)
 {
-    if (tracer_type_init(module) < 0 || hooks_init(module) < 0) {
+    if (tracer_type_init(module) < 0 || hooks_init(module) < 0
+        || profiledcall_type_init(module) < 0) {
         return -1;
     }
     return register_atexit(module);
