@@ -1,6 +1,7 @@
 """MemReporter per device: agreement with the CUDA allocator (on the device), meta
 tensors, storages counted once, and the allocator's blocks matched to tensors."""
 import json
+import os
 
 import pytest
 
@@ -8,6 +9,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from pytorch_memlab.mem_reporter import MemReport, MemReporter, allocator, blocks, collect  # noqa: E402
+from helpers import line_of  # noqa: E402
 from test_mem_reporter import cuda, mlp, named, quiet_report  # noqa: E402
 
 
@@ -247,7 +249,7 @@ def test_cuda_mlp_after_adam_every_block_accounted():
 
 @cuda
 def test_cuda_mlp_leftover_blocks_are_labelled():
-    # beyond the issue's criterion: what no tensor holds is labelled (the cuBLAS
+    # and what no tensor holds is labelled (the cuBLAS
     # workspaces of the forward and the backward thread), or at most 1% of the device
     result, allocated, _ = _mlp_after_adam_step()
     unlabelled = [b for b in result.blocks if b.counted and b.label is None]
@@ -262,7 +264,9 @@ def test_cuda_record_history_names_the_line():
     held = [hidden.pop("t").untyped_storage()]    # a storage, not a tensor: invisible to gc walk
     result = quiet_report(reporter, device="cuda:0")
     block = next(b for b in result.blocks if b.address == ptr)
-    assert block.allocated_at is not None and block.allocated_at.startswith("test_mem_reporter.py:")
+    line = line_of(test_cuda_record_history_names_the_line, "# allocated here")
+    here = f"{os.path.basename(__file__)}:{line} "
+    assert block.allocated_at is not None and block.allocated_at.startswith(here)
     total = _cuda_total(result)
     assert total.block_bytes + total.other_block_bytes == total.allocator_bytes
     del held
