@@ -18,14 +18,15 @@ import torch
 
 def step():
     x = torch.zeros(1024, 1024, dtype=torch.uint8)                  # MARK
-    open("sleeping", "w").close()
     if "--in-c" in sys.argv:
         # a C call that signals do not interrupt (a collective that never
         # completes): the main thread never runs a Python signal handler
         libc = ctypes.CDLL(None)
         mutex = ctypes.create_string_buffer(64)
         libc.pthread_mutex_lock(mutex)
+        open("sleeping", "w").close()        # the line before the hang
         libc.pthread_mutex_lock(mutex)                                # HANG
+    open("sleeping", "w").close()
     # short sleeps, not one long one: a signal that lands between the last
     # check for pending handlers and the sleep's system call (the trace hook
     # widens that gap) would otherwise wait for the whole sleep
@@ -48,6 +49,7 @@ def _run_until_sleeping(tmp_path, *extra):
     while not (tmp_path / "sleeping").exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
+    time.sleep(0.5)     # from the line that made the file into the hanging one, on a busy machine
     return proc
 
 
