@@ -5,6 +5,12 @@ import sys
 
 import pytest
 
+from helpers import TEST_DIRS
+
+# The test modules import helpers and each other across test/'s folders by part
+# (under xdist too: each worker loads this file).
+sys.path[:0] = [path for path in TEST_DIRS if path not in sys.path]
+
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "demo.ipynb"
 HEADER = "active_bytes  reserved_bytes  held at  active_bytes  count  line  code"
 

@@ -335,7 +335,7 @@ def test_ddp_writes_rank_files_and_rank_zero_prints_the_merged_table(tmp_path):
     import os
     from pathlib import Path
     (tmp_path / "train.py").write_text(DDP_SCRIPT)
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     proc = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env,

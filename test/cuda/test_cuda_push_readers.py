@@ -7,7 +7,7 @@ import random
 
 import pytest
 from conftest import requires_cuda
-from helpers import (MiB, keep_and_temp, line_figures, run_script, spin,
+from helpers import (TEST_DIRS, MiB, keep_and_temp, line_figures, run_script, spin,
                      worker_against_main)
 
 torch = pytest.importorskip("torch")
@@ -84,10 +84,9 @@ def test_reader_peaks_equal_torchs_after_mixed_workload():
 def test_reader_peaks_with_expandable_segments(tmp_path):
     """SEGMENT_MAP / SEGMENT_UNMAP instead of SEGMENT_ALLOC / SEGMENT_FREE."""
     env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
-    here = os.path.dirname(os.path.abspath(__file__))
     out, _ = run_script(tmp_path, f"""\
         import sys
-        sys.path.insert(0, {here!r})
+        sys.path[:0] = {TEST_DIRS!r}
         import test_cuda_push_readers as t
         print(t.reader_matches_torch(5, 40, 8))
         """, env=env)

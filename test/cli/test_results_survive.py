@@ -11,7 +11,7 @@ import pytest
 
 from helpers import MiB
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLUGIN = "pytorch_memlab.pytest_plugin"
 
 

@@ -110,7 +110,7 @@ def test_small():
 def test_cuda_pytest_gate(pytester, monkeypatch):
     """--memlab-save then --memlab-compare on CUDA: a test that grew by 2 MiB
     fails with the diff; a loose limit passes."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     monkeypatch.delenv("CI", raising=False)

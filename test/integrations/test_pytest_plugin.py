@@ -11,7 +11,7 @@ import pytest
 pytest_plugins = ["pytester"]
 pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MODULE = "pytorch_memlab.pytest_plugin"
 
 

@@ -16,7 +16,7 @@ from pytorch_memlab import load
 from pytorch_memlab.html_report import render_report
 from pytorch_memlab.records.document import SCHEMA_VERSION, from_document
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def text_of(obj):

@@ -11,7 +11,7 @@ import pytest
 
 from pytorch_memlab import _install
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def run_py(code, cwd=REPO, **env):

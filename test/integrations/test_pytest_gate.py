@@ -12,7 +12,7 @@ import pytest
 pytest_plugins = ["pytester"]
 pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MODULE = "pytorch_memlab.pytest_plugin"
 PLUGIN = [] if any(ep.value == MODULE for ep in metadata.entry_points(group="pytest11")) \
     else ["-p", MODULE]

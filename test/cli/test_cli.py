@@ -15,7 +15,7 @@ pytest.importorskip("pytorch_memlab._torchshim")
 from pytorch_memlab import load  # noqa: E402
 from pytorch_memlab.common.sizes import readable_size  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 TRAIN = """\
 import sys

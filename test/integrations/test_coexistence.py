@@ -72,7 +72,7 @@ extra["hook_left"] = (sys.gettrace() is _tracer._thread_starter
 print(json.dumps({"ours": ours(), "extra": extra, "table": str(prof.display())}))
 '''
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MONITORING_PY = sys.version_info >= (3, 12)
 
 

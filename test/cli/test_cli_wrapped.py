@@ -18,7 +18,7 @@ pytest.importorskip("pytorch_memlab._torchshim")
 
 from pytorch_memlab import LineProfiler, _tracer, load  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SETTRACE = _tracer.MECHANISM == "settrace"
 
 PROG = """\

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("pytorch_memlab._torchshim")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HANDLED_WITHIN_S = 0.5
 
 # Each write of p.json is logged (exit status, lines a signal marked), read
