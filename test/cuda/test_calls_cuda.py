@@ -15,7 +15,6 @@ from helpers import MiB, line_figures  # noqa: E402
 
 pytestmark = pytest.mark.cuda
 pytest_plugins = ["pytester"]
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 state, kept = [], []
 
 
@@ -40,7 +39,6 @@ def run(func, calls):
     return prof
 
 
-@cuda
 def test_cuda_first_call_apart():
     state.clear()
     line = line_figures(run(warm_step, 4), warm_step, "state.append")
@@ -50,7 +48,6 @@ def test_cuda_first_call_apart():
     assert line["later_calls"]["count"] == 0 and line["growth_per_call"] == 0
 
 
-@cuda
 def test_cuda_growth_per_call():
     kept.clear()
     line = line_figures(run(leaky_step, 4), leaky_step, "kept.append")
@@ -59,7 +56,6 @@ def test_cuda_growth_per_call():
     kept.clear()
 
 
-@cuda
 def test_cuda_diff():
     kept.clear()
     old = run(leaky_step, 1).to_profile()
@@ -78,7 +74,6 @@ def held_step():
     return out
 
 
-@cuda
 def test_cuda_held_result_beside_a_leak():
     """The result the caller holds until the next call is not marked; the
     line that keeps 1 MiB per call is (the frees charged to what they fit)."""
@@ -106,7 +101,6 @@ def test_small():
 '''
 
 
-@cuda
 def test_cuda_pytest_gate(pytester, monkeypatch):
     """--memlab-save then --memlab-compare on CUDA: a test that grew by 2 MiB
     fails with the diff; a loose limit passes."""

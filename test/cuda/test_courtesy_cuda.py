@@ -9,8 +9,10 @@ import torch
 from pytorch_memlab.courtesy import Courtesy
 
 from helpers import MiB  # noqa: E402
-from test_courtesy import (adam, assert_same_values, needs_cuda, snapshot, state_tensors,  # noqa: E402
+from test_courtesy import (adam, assert_same_values, snapshot, state_tensors,  # noqa: E402
                            tied_model, train_beside_reference, train_step)
+
+pytestmark = pytest.mark.cuda
 
 
 # --- CUDA: the real device -------------------------------------------------
@@ -25,7 +27,6 @@ def settle() -> int:
     return torch.cuda.memory_allocated()
 
 
-@needs_cuda
 def test_cuda_memory_released_and_restored():
     baseline = settle()
     x = torch.randn(64 * MiB, device="cuda")  # 256 MiB
@@ -48,7 +49,6 @@ def test_cuda_memory_released_and_restored():
     assert torch.cuda.memory_allocated() <= allocated + MiB  # no doubling
 
 
-@needs_cuda
 def test_cuda_aliasing_identity_values():
     base = torch.randn(1024, 1024, device="cuda")
     view, tview, flat = base[10:20], base.t(), base.view(-1)
@@ -77,7 +77,6 @@ def test_cuda_aliasing_identity_values():
     assert bool((base[10:20] == 3.0).all())
 
 
-@needs_cuda
 def test_cuda_grads_and_optimizer_state_move():
     model = tied_model("cuda")
     opt = adam(model)
@@ -102,7 +101,6 @@ def test_cuda_grads_and_optimizer_state_move():
     assert_same_values(snapshot(after), values)
 
 
-@needs_cuda
 def test_cuda_training_step_matches_run_without_round_trip():
     def round_trip(model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
         with Courtesy(tensors=[model, opt], threshold=None):
@@ -111,7 +109,6 @@ def test_cuda_training_step_matches_run_without_round_trip():
     train_beside_reference("cuda", 32, round_trip)
 
 
-@needs_cuda
 def test_cuda_gc_walk_default_scope():
     x = torch.randn(MiB, device="cuda")
     part = x[5:50]
@@ -123,7 +120,6 @@ def test_cuda_gc_walk_default_scope():
     assert torch.equal(x.cpu(), ref)
 
 
-@needs_cuda
 def test_cuda_exception_in_with_restores():
     x = torch.randn(1000, device="cuda")
     ref = x.cpu()
@@ -134,7 +130,6 @@ def test_cuda_exception_in_with_restores():
     assert x.is_cuda and torch.equal(x.cpu(), ref)
 
 
-@needs_cuda
 def test_cuda_warns_about_memory_held_by_autograd():
     x = torch.randn(16 * MiB, device="cuda", requires_grad=True)  # 64 MiB
     y = x.exp()  # exp saves its output inside the graph
@@ -149,7 +144,6 @@ def test_cuda_warns_about_memory_held_by_autograd():
     torch.testing.assert_close(x.grad, x.detach().exp())
 
 
-@needs_cuda
 def test_cuda_no_warning_when_all_moved():
     baseline = settle()
     x = torch.randn(16 * MiB, device="cuda")
@@ -161,7 +155,6 @@ def test_cuda_no_warning_when_all_moved():
     assert c.restore() == 64 * MiB and x.is_cuda
 
 
-@needs_cuda
 def test_cuda_storage_shared_outside_scope_stays():
     x = torch.randn(MiB, device="cuda")
     other = x.detach()

@@ -6,11 +6,11 @@ import os
 import random
 
 import pytest
-from conftest import requires_cuda
 from helpers import (TEST_DIRS, MiB, keep_and_temp, line_figures, run_script, spin,
                      worker_against_main)
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.cuda
 
 from pytorch_memlab import LineProfiler, sources  # noqa: E402
 from test_cuda_push import (SIDE_STREAM, THREAD_COLUMNS, make_function, needs_shim, run,  # noqa: E402
@@ -73,13 +73,11 @@ def reader_matches_torch(seed, steps, chunks):
     return bad
 
 
-@requires_cuda
 @needs_shim
 def test_reader_peaks_equal_torchs_after_mixed_workload():
     assert reader_matches_torch(11, 40, 10) == []
 
 
-@requires_cuda
 @needs_shim
 def test_reader_peaks_with_expandable_segments(tmp_path):
     """SEGMENT_MAP / SEGMENT_UNMAP instead of SEGMENT_ALLOC / SEGMENT_FREE."""
@@ -97,7 +95,6 @@ def keep_on_cuda(ready, proceed):
     return keep_and_temp(ready, proceed, functools.partial(torch.empty, device="cuda"))
 
 
-@requires_cuda
 @needs_shim
 def test_thread_line_peak_while_main_thread_profiled():
     """Two threads on one profiler: the worker's line sees its 3 MiB peak
@@ -116,7 +113,6 @@ def test_thread_line_peak_while_main_thread_profiled():
 
 # ---- per-thread allocated / freed (the counted push source) -----------------
 
-@requires_cuda
 @needs_shim
 def test_thread_allocated_and_freed_are_the_threads_own():
     """The worker's line allocates 3 MiB and frees 2 MiB while the main thread
@@ -164,7 +160,6 @@ def counted_reference(statements):
     return rows
 
 
-@requires_cuda
 @needs_shim
 def test_counted_lines_match_torch_on_one_thread(tmp_path):
     """One thread: each line's allocated / freed figures equal the deltas of
@@ -186,7 +181,6 @@ def test_counted_lines_match_torch_on_one_thread(tmp_path):
     settle()
 
 
-@requires_cuda
 @needs_shim
 def test_counted_reader_sums_equal_torchs_after_mixed_workload():
     """A counted reader's totals equal torch's cumulative counters' growth over
@@ -209,6 +203,5 @@ def test_counted_reader_sums_equal_torchs_after_mixed_workload():
     assert got["allocated_bytes.all.allocated"] > 0
 
 
-@requires_cuda
 def test_user_peak_statistics_survive_counted_profiling():
     assert run(THREAD_COLUMNS) == run()

@@ -20,7 +20,6 @@ def train_step(model, optimizer, x):
     return loss.item()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_transformer_train_step_curve_peak_is_the_tables_peak(tmp_path):
     layer = torch.nn.TransformerEncoderLayer(d_model=512, nhead=8, dim_feedforward=2048,
                                              batch_first=True)

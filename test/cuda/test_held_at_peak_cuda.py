@@ -7,8 +7,6 @@ import pytest
 from helpers import MiB, line_of
 
 torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device", allow_module_level=True)
 
 from pytorch_memlab import LineProfiler  # noqa: E402
 

@@ -10,8 +10,7 @@ import pytest
 from helpers import run_script  # noqa: E402
 
 torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device", allow_module_level=True)
+pytestmark = pytest.mark.cuda
 
 from pytorch_memlab import (  # noqa: E402
     LineProfiler,

@@ -8,7 +8,6 @@ import json
 import os
 
 import pytest
-from conftest import requires_cuda
 from helpers import run_script
 
 torch = pytest.importorskip("torch")
@@ -75,7 +74,6 @@ print(json.dumps({"size": size, "seen": seen, "lines": lines}))
 
 
 @pytest.mark.cuda
-@requires_cuda
 @pytest.mark.parametrize("backend", ["native", "cudaMallocAsync"])
 def test_line_open_on_another_thread_keeps_its_figures(tmp_path, backend):
     env = dict(os.environ)

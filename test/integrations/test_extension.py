@@ -24,7 +24,6 @@ from helpers import MiB  # noqa: E402
 QUARTER = 262144                     # float32 elements in 1 MiB
 MONITORING = _tracer.MECHANISM == "monitoring"
 HAVE_CUDA = torch.cuda.is_available()
-requires_cuda = pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device")
 OPTIONS = ["-f", "--function", "-c", "--column", "-D", "--no_default_columns",
            "-r", "--return-profiler", "-g", "--gpu", "-q", "--quiet",
            "-T", "--dump-profile"]
@@ -374,7 +373,7 @@ def test_device_and_columns_apply_to_one_run_only(shell):
     assert sys.gettrace() is None
 
 
-@requires_cuda
+@pytest.mark.cuda
 def test_gpu_option_on_cuda(shell):
     before = _devices._target
     prof = mlrun(shell, "-r -q -g 0 -f work work(1024)")

@@ -155,7 +155,6 @@ def test_over():
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device")
 def test_cuda_budget_and_summary(run, pytester):
     pytester.makepyfile(test_gpu=CUDA_BUDGETS)
     result = run("-q", "--memlab", subprocess=True)

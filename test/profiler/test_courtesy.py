@@ -21,10 +21,6 @@ from helpers import MiB  # noqa: E402
 HAS_CUDA = torch.cuda.is_available()
 
 
-def needs_cuda(fn: Callable) -> Callable:
-    return pytest.mark.cuda(pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")(fn))
-
-
 class HostCourtesy(Courtesy):
     """Courtesy whose source 'device' is the CPU (CPU storages not parked yet)."""
 
@@ -172,7 +168,7 @@ def test_rejects_bad_threshold(threshold, error):
         Courtesy(threshold=threshold)
 
 
-@pytest.mark.skipif(not HAS_CUDA, reason="the device count is only checked with CUDA")
+@pytest.mark.cuda   # the device count is only checked with CUDA
 def test_rejects_missing_device_index():
     with pytest.raises(ValueError, match="visible"):
         Courtesy(device=torch.cuda.device_count())

@@ -6,7 +6,6 @@ import os
 import warnings
 
 import pytest
-from conftest import requires_cuda
 from helpers import MiB, run_script
 
 torch = pytest.importorskip("torch")
@@ -151,7 +150,7 @@ def run(columns=None):
     return result
 
 
-@requires_cuda
+@pytest.mark.cuda
 def test_user_peak_statistics_survive_profiling():
     run()                                  # warm up: CUDA context, kernels
     plain = run()
@@ -253,13 +252,13 @@ SIDE_STREAM = [
 ]
 
 
-@requires_cuda
+@pytest.mark.cuda
 @needs_shim
 def test_seed_example_lines_match_torch(tmp_path):
     check_against_reference("seed", SEED, tmp_path)
 
 
-@requires_cuda
+@pytest.mark.cuda
 @needs_shim
 def test_side_stream_record_stream_lines_match_torch(tmp_path):
     check_against_reference("side_stream", SIDE_STREAM, tmp_path)

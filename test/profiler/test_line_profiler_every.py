@@ -58,8 +58,7 @@ def test_profile_every_prints_on_exception(capsys):
 
 # ---- the target GPU --------------------------------------------------------------------
 
-@pytest.mark.skipif(not torch.cuda.is_available(),
-                    reason="set_target_gpu refuses every index without CUDA (test_common.py)")
+@pytest.mark.cuda   # set_target_gpu refuses every index without CUDA (test_common.py)
 def test_target_gpu_state_without_cuda_profilers():
     before = _devices._target
     try:

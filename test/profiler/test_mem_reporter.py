@@ -13,12 +13,6 @@ from torch import nn  # noqa: E402
 from pytorch_memlab.mem_reporter import MemReport, MemReporter, allocator  # noqa: E402
 
 
-def cuda(test):
-    """Runs on the device only: checks against torch.cuda.memory_allocated."""
-    test = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")(test)
-    return pytest.mark.cuda(test)
-
-
 def quiet_report(reporter, **kwargs) -> MemReport:
     return reporter.report(print_report=False, **kwargs)
 

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from pytorch_memlab.mem_reporter import MemReport, MemReporter, allocator, blocks, collect  # noqa: E402
-from test_mem_reporter import cuda, mlp, named, quiet_report  # noqa: E402
+from test_mem_reporter import mlp, named, quiet_report  # noqa: E402
 
 
 # ------------------------------------------------------------------ CUDA
@@ -18,7 +18,7 @@ def _cuda_total(result: MemReport, device: str = "cuda:0"):
     return next(d for d in result.devices if d.device == device)
 
 
-@cuda
+@pytest.mark.cuda
 def test_cuda_allocator_total_is_reported():
     torch.cuda.synchronize()
     reporter = MemReporter()
@@ -44,7 +44,7 @@ def test_cuda_allocator_total_is_reported():
     del a, b, view
 
 
-@cuda
+@pytest.mark.cuda
 def test_cuda_linear_and_adam_exact():
     lin = nn.Linear(64, 32).cuda()
     opt = torch.optim.Adam(lin.parameters())
@@ -62,7 +62,7 @@ def test_cuda_linear_and_adam_exact():
     assert total.block_bytes <= total.allocator_bytes
 
 
-@cuda
+@pytest.mark.cuda
 def test_cuda_saved_tensors_close_the_gap():
     model = mlp().cuda()
     x = torch.randn(256, 4, device="cuda")
@@ -234,7 +234,7 @@ def _mlp_after_adam_step():
     return result, torch.cuda.memory_allocated(0), (model, opt, x, loss)
 
 
-@cuda
+@pytest.mark.cuda
 def test_cuda_mlp_after_adam_every_block_accounted():
     result, allocated, _ = _mlp_after_adam_step()
     total = _cuda_total(result)
@@ -245,7 +245,7 @@ def test_cuda_mlp_after_adam_every_block_accounted():
     assert total.note.startswith("Every allocated block is accounted for")
 
 
-@cuda
+@pytest.mark.cuda
 def test_cuda_mlp_leftover_blocks_are_labelled():
     # beyond the criterion: what no tensor holds is labelled (the cuBLAS
     # workspaces of the forward and the backward thread), or at most 1% of the device
@@ -254,7 +254,7 @@ def test_cuda_mlp_leftover_blocks_are_labelled():
     assert sum(b.size for b in unlabelled) <= allocated // 100, unlabelled
 
 
-@cuda
+@pytest.mark.cuda
 def test_cuda_record_history_names_the_line():
     reporter = MemReporter(record_history=True)
     hidden = {"t": torch.empty(3 << 20, dtype=torch.uint8, device="cuda")}  # allocated here

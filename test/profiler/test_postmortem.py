@@ -18,11 +18,6 @@ TOO_MUCH = 1 << 62
 BIG = 1 << 22
 
 
-def cuda(test):
-    test = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")(test)
-    return pytest.mark.cuda(test)
-
-
 def step():
     big = torch.empty(BIG, dtype=torch.uint8)
     small = torch.ones(256)
@@ -172,7 +167,7 @@ def test_hints_follow_the_figures():
         "(del cache) or make it smaller before the failing line."]
 
 
-@cuda
+@pytest.mark.cuda
 def test_cuda_oom_names_the_big_tensor():
     def grow():
         big = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")     # 4 GiB
@@ -196,7 +191,7 @@ def test_cuda_oom_names_the_big_tensor():
     assert "is larger than cuda:0's memory" in pm["hints"][0]
 
 
-@cuda
+@pytest.mark.cuda
 def test_cuda_fragmentation_hint():
     # 6 MiB tensors come three to a new 20 MiB segment; keeping the middle one of
     # each leaves 6 and 8 MiB holes everywhere: 9 MiB fits in the reserved-but-free

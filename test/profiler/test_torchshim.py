@@ -22,7 +22,6 @@ from pytorch_memlab.records.meanings import torch_meaning  # noqa: E402
 shim = pytest.importorskip("pytorch_memlab._torchshim")
 
 from helpers import MiB  # noqa: E402
-requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
 
 def cpu_reading() -> dict:
@@ -256,13 +255,11 @@ def _memory_stats_keys() -> list:
 
 
 @pytest.mark.cuda
-@requires_cuda
 def test_cuda_fields_equal_memory_stats_keys(cuda_ready):
     assert list(shim.fields("cuda")) == _memory_stats_keys()
 
 
 @pytest.mark.cuda
-@requires_cuda
 def test_cuda_values_equal_memory_stats(cuda_ready):
     x = torch.empty(3 * MiB, dtype=torch.uint8, device="cuda:0")
     torch.cuda.synchronize()
@@ -278,7 +275,6 @@ def test_cuda_values_equal_memory_stats(cuda_ready):
 
 
 @pytest.mark.cuda
-@requires_cuda
 def test_cuda_reset_peaks(cuda_ready):
     x = torch.empty(8 * MiB, dtype=torch.uint8, device="cuda:0")
     del x
@@ -289,7 +285,6 @@ def test_cuda_reset_peaks(cuda_ready):
 
 
 @pytest.mark.cuda
-@requires_cuda
 def test_cuda_bad_device_is_an_error_not_a_crash(cuda_ready):
     bad = torch.cuda.device_count() + 5
     with pytest.raises(RuntimeError):
@@ -299,7 +294,6 @@ def test_cuda_bad_device_is_an_error_not_a_crash(cuda_ready):
 
 
 @pytest.mark.cuda
-@requires_cuda
 def test_cuda_fallback_agrees_with_shim(cuda_ready):
     fallback = cuda_fallback.CudaFallbackSource()
     fallback.prepare(0)
