@@ -68,6 +68,19 @@ def line_figures(prof, func, text, device=None):
     raise AssertionError(f"{func.__qualname__} has no record on {device}")
 
 
+def code_line(record, text):
+    """The one line of a stats() or saved record whose code contains ``text``:
+    for functions whose source is not in this process (a child's script)."""
+    (line,) = [line for line in record["lines"] if text in line["code"]]
+    return line
+
+
+def saved_line(doc, qualname, text):
+    """code_line of the function ``qualname`` in a saved profile's JSON ``doc``."""
+    (record,) = [r for r in doc["functions"] if r["qualname"] == qualname]
+    return code_line(record, text)
+
+
 def tracer_line(tracer, func, text):
     """(count, growth, values in column order) of the line of ``func``
     containing ``text``, as a ``_tracer.Tracer``'s stats() holds it."""

@@ -9,7 +9,7 @@ from importlib import metadata
 
 import pytest
 
-from helpers import MiB
+from helpers import MiB, saved_line
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLUGIN = "pytorch_memlab.pytest_plugin"
@@ -217,18 +217,12 @@ def rank_doc(folder, rank):
     return json.loads((folder / f"rank{rank}.json").read_text())
 
 
-def line_of(doc, mark):
-    (record,) = [r for r in doc["functions"] if r["qualname"] == "train_step"]
-    (line,) = [line for line in record["lines"] if f"# {mark}" in line["code"]]
-    return line
-
-
 def _check_stopped_rank0(tmp_path, out, status):
     assert out.returncode != 0
     assert "rank 1 fails" in out.stderr
     doc = rank_doc(tmp_path / "prof", 0)
-    assert line_of(doc, "HANG")["raised"] == "SIGTERM", out.stderr[-3000:]
-    assert line_of(doc, "MARK")["net_growth"] == MiB
+    assert saved_line(doc, "train_step", "# HANG")["raised"] == "SIGTERM", out.stderr[-3000:]
+    assert saved_line(doc, "train_step", "# MARK")["net_growth"] == MiB
     assert rank_doc(tmp_path / "prof", 1)["run"]["exit_status"] == 1
     view = memlab(tmp_path, "view", "prof/")
     assert view.returncode == 0, view.stderr
@@ -304,7 +298,7 @@ def test_decorated_rank_stopped_by_sigterm_writes_and_chains(tmp_path):
     out = torchrun(tmp_path, "deco.py", env={"PYTORCH_MEMLAB_OUT": "prof/"})
     assert out.returncode != 0
     doc = rank_doc(tmp_path / "prof", 0)
-    assert line_of(doc, "HANG")["raised"] == "SIGTERM", out.stderr[-3000:]
+    assert saved_line(doc, "train_step", "# HANG")["raised"] == "SIGTERM", out.stderr[-3000:]
     assert (tmp_path / "own0.txt").read_text() == "SIGTERM"
     assert "# 2 of 2 ranks" in memlab(tmp_path, "view", "prof/").stdout
 

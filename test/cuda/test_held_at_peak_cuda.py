@@ -4,7 +4,7 @@ them; every breakdown is checked to sum to the peak its table shows.  Prints
 the figures it checks."""
 import pytest
 
-from helpers import MiB, line_of
+from helpers import MiB, line_figures, line_of
 
 torch = pytest.importorskip("torch")
 
@@ -174,9 +174,7 @@ def test_cuda_mlp_adam_step():
     assert traced.keys() == held.keys()
     assert all(0 <= held[line] - traced[line] < MiB for line in held)
     assert peak["before_call"] >= params
-    step_line = line_of(train_step, "# step")
-    record = prof.stats(train_step)[0]
-    grew = next(line for line in record["lines"] if line["lineno"] == step_line)
+    grew = line_figures(prof, train_step, "# step")
     assert grew["net_growth"] >= 2 * params      # exp_avg, exp_avg_sq
 
 

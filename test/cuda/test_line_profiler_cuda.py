@@ -4,7 +4,6 @@ Figures are compared with torch's own counting (torch.cuda.memory_stats());
 printed text is checked in a fresh interpreter, where nothing else holds
 CUDA memory."""
 import gc
-import inspect
 
 import pytest
 from helpers import run_script  # noqa: E402
@@ -19,7 +18,7 @@ from pytorch_memlab import (  # noqa: E402
     target_gpu,
 )
 
-from helpers import MiB  # noqa: E402
+from helpers import MiB, line_of  # noqa: E402
 N_GPUS = torch.cuda.device_count()
 two_gpus = pytest.mark.skipif(N_GPUS < 2, reason="needs two GPUs")
 
@@ -177,8 +176,7 @@ def test_set_target_gpu_inside_function_moves_followers_only():
     assert follower.devices == ["cuda:1"] and fixed.devices == ["cuda:0"]
 
     def growth(prof, text):
-        lineno = inspect.getsourcelines(work)[1] + next(
-            i for i, s in enumerate(inspect.getsourcelines(work)[0]) if text in s)
+        lineno = line_of(work, text)
         line = next(x for x in prof.stats()[0]["lines"] if x["lineno"] == lineno)
         return line["net_growth"]
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import MiB
+from helpers import MiB, saved_line
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("pytorch_memlab._torchshim")
@@ -93,12 +93,6 @@ def memlab(cwd, *args):
                           cwd=cwd, capture_output=True, text=True, env=environ, timeout=120)
 
 
-def marked(doc):
-    (record,) = [r for r in doc["functions"] if r["qualname"] == "train_step"]
-    (line,) = [line for line in record["lines"] if "# MARK" in line["code"]]
-    return line
-
-
 def rank_doc(folder, rank):
     return json.loads((folder / f"rank{rank}.json").read_text())
 
@@ -119,15 +113,15 @@ def test_run_two_gloo_ranks_merged_over_the_group(tmp_path):
         doc = rank_doc(tmp_path / "prof", rank)
         assert doc["rank"]["rank"] == rank and doc["rank"]["world_size"] == 2
         assert doc["devices"] == ["cpu"]
-        line = marked(doc)
+        line = saved_line(doc, "train_step", "# MARK")
         assert line["count"] == 2
         assert line["net_growth"] == 2 * (rank + 1) * MiB           # exact, per rank
         assert line["active_bytes.all.peak"] >= (rank + 1) * MiB
         assert doc["run"]["exit_status"] == 0
     # the marked line: rank 0 1.00M, rank 1 2.00M, spread 1.00M of peak; growth 2M/4M/2M
     row = [line for line in out.stdout.splitlines() if "# MARK" in line][0].split()
-    spread_peak = (marked(rank_doc(tmp_path / "prof", 1))["active_bytes.all.peak"]
-                   - marked(rank_doc(tmp_path / "prof", 0))["active_bytes.all.peak"])
+    spread_peak = (saved_line(rank_doc(tmp_path / "prof", 1), "train_step", "# MARK")["active_bytes.all.peak"]
+                   - saved_line(rank_doc(tmp_path / "prof", 0), "train_step", "# MARK")["active_bytes.all.peak"])
     assert row[1] == "2.00M" and row[3] == "4.00M" and row[5] == "2.00M"
     assert row[4] == f"{spread_peak / MiB:.2f}M"
     view = memlab(tmp_path, "view", "prof/")
@@ -145,7 +139,7 @@ def test_decorators_under_torchrun_write_files_and_print_once(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("## train_step") == 1
     for rank in (0, 1):
-        assert marked(rank_doc(tmp_path / "prof", rank))["net_growth"] == (rank + 1) * MiB
+        assert saved_line(rank_doc(tmp_path / "prof", rank), "train_step", "# MARK")["net_growth"] == (rank + 1) * MiB
 
 
 def test_without_a_process_group_rank0_merges_the_files(tmp_path):
@@ -164,7 +158,7 @@ def test_a_crashing_rank_leaves_its_file(tmp_path):
     assert out.returncode != 0
     doc = rank_doc(tmp_path / "prof", 1)
     assert doc["run"]["exit_status"] == 1
-    assert marked(doc)["net_growth"] == 4 * MiB
+    assert saved_line(doc, "train_step", "# MARK")["net_growth"] == 4 * MiB
 
 
 def test_a_rank_killed_hard_is_named_missing(tmp_path):

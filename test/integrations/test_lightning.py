@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from helpers import line_of  # noqa: E402
+from helpers import line_of, saved_line  # noqa: E402
 
 FRAMEWORK_MODULES = ("lightning", "pytorch_lightning", "transformers")
 
@@ -346,8 +346,7 @@ def test_ddp_writes_rank_files_and_rank_zero_prints_the_merged_table(tmp_path):
     for rank in (0, 1):
         doc = json.loads((tmp_path / "prof" / f"rank{rank}.json").read_text())
         assert doc["rank"]["rank"] == rank and doc["rank"]["world_size"] == 2
-        (record,) = [f for f in doc["functions"] if f["qualname"] == "Net.training_step"]
-        (line,) = [ln for ln in record["lines"] if "extra = torch.zeros" in ln["code"]]
+        line = saved_line(doc, "Net.training_step", "extra = torch.zeros")
         assert line["count"] == 2
         # levels are the process's: DDP's own threads may free a few bytes meanwhile
         assert abs(line["net_growth"] - 2 * 1024 * 4 * (rank + 1)) < 256

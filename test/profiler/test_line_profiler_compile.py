@@ -12,7 +12,7 @@ pytest.importorskip("pytorch_memlab._torchshim")
 from pytorch_memlab import LineProfiler, clear_global_line_profiler, profile  # noqa: E402
 from pytorch_memlab.line_profiler import global_line_profiler  # noqa: E402
 
-from helpers import MiB  # noqa: E402
+from helpers import MiB, code_line  # noqa: E402
 COMPILED = "but none of its lines was traced: it is compiled by torch.compile"
 
 
@@ -51,7 +51,7 @@ def test_compiled_function_says_why_and_the_eager_one_is_profiled():
     prof = LineProfiler(eager, device="cpu")
     with prof:
         eager(torch.ones(1))
-    line = next(ln for ln in prof.stats()[0]["lines"] if "# eager line" in ln["code"])
+    line = code_line(prof.stats()[0], "# eager line")
     assert line["count"] == 1 and line["active_bytes.all.peak"] >= 4 * MiB
     assert "none of its lines" not in text(prof)
 
@@ -95,7 +95,7 @@ def test_dynamo_disable_inside_a_compiled_caller_is_profiled():
     assert caller(torch.ones(1)).item() == 3 * MiB
     prof = global_line_profiler(device="cpu")
     record = prof.stats(kept_eager)[0]
-    line = next(ln for ln in record["lines"] if "# kept line" in ln["code"])
+    line = code_line(record, "# kept line")
     assert line["count"] == 1 and line["net_growth"] == 4 * MiB
     assert "none of its lines" not in text(prof, kept_eager)
 

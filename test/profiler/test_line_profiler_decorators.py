@@ -8,7 +8,7 @@ import sys
 import threading
 
 import pytest
-from helpers import EarlyThread, MiB, line_figures, run_script
+from helpers import EarlyThread, MiB, code_line, line_figures, run_script
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("pytorch_memlab._torchshim")
@@ -295,7 +295,7 @@ def test_closure_recreated_on_each_call_is_one_record(cpu_profile):
     assert [r["qualname"] for r in records].count(
         "test_closure_recreated_on_each_call_is_one_record.<locals>.outer.<locals>.inner") == 1
     inner_record = next(r for r in records if r["qualname"].endswith("outer.<locals>.inner"))
-    line = next(ln for ln in inner_record["lines"] if "# closure alloc" in ln["code"])
+    line = code_line(inner_record, "# closure alloc")
     assert line["count"] == 50
     assert line["net_growth"] == 50 * MiB    # each x outlives its line
     out = io.StringIO()

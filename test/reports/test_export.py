@@ -16,7 +16,7 @@ import pytorch_memlab  # noqa: E402
 from pytorch_memlab import LineProfiler, load, profile_every  # noqa: E402
 from pytorch_memlab.line_profiler import SCHEMA_VERSION, SavedProfile  # noqa: E402
 
-from helpers import MiB  # noqa: E402
+from helpers import MiB, code_line  # noqa: E402
 COLUMNS = ("active_bytes.all.peak", "reserved_bytes.all.peak", "allocation.all.allocated",
            "active_bytes.all.current")
 
@@ -326,13 +326,12 @@ def test_profile_every_timeline_and_save(tmp_path, capsys):
     profiler.save(tmp_path / "pending.json")
     saved = load(tmp_path / "pending.json")
     assert saved.timeline == timeline
-    line = next(line for line in saved.stats()[0]["lines"] if "torch.empty" in line["code"])
+    line = code_line(saved.stats()[0], "torch.empty")
     assert line["count"] == 1
     step(262144)            # the 6th call prints the table of calls 5 and 6
     capsys.readouterr()
     profiler.save(tmp_path / "printed.json")   # nothing ran since: the printed table
-    line = next(line for line in load(tmp_path / "printed.json").stats()[0]["lines"]
-                if "torch.empty" in line["code"])
+    line = code_line(load(tmp_path / "printed.json").stats()[0], "torch.empty")
     assert line["count"] == 2
     profiler.clear()
     assert profiler.timeline == []
