@@ -20,7 +20,7 @@
 #
 # PYTHON (3.11, the CPU torch pinned in TORCH_SPEC) and TORCH_PYTHONS (3.12,
 # 3.13: the ordinary torch wheel from the package index, run on the CPU) run
-# everything; TRACER_PYTHONS have no torch and run test/test_tracer*.py only.
+# everything; TRACER_PYTHONS have no torch and run test/tracer/ only.
 # Override any: make test PYTHON=python3.11 TORCH_PYTHONS= TRACER_PYTHONS=
 # Each suite runs on PYTEST_JOBS processes (pytest-xdist; 1: without it).
 
@@ -33,7 +33,7 @@ TRACER_PYTHONS ?= $(wildcard .venv-3.9/bin/python .venv-3.10/bin/python)
 ALL_PYTHONS := $(PYTHON) $(TORCH_PYTHONS) $(TRACER_PYTHONS)
 # absolute paths (asan runs from inside its tree); bare names stay on PATH
 ALL_PYTHONS_ABS = $(foreach p,$(ALL_PYTHONS),$(if $(findstring /,$(p)),$(abspath $(p)),$(p)))
-TRACER_TESTS := $(wildcard test/test_tracer*.py)
+TRACER_TESTS := test/tracer
 PYTEST_FLAGS ?= -q -p no:cacheprovider
 PYTEST_JOBS ?= 2
 # loadfile: a module's tests share one worker, so a module-scoped venv is built once

@@ -5,6 +5,12 @@ import sys
 
 import pytest
 
+from helpers import TEST_DIRS
+
+# The test modules import helpers and each other across test/'s folders by part
+# (under xdist too: each worker loads this file).
+sys.path[:0] = [path for path in TEST_DIRS if path not in sys.path]
+
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
 
@@ -17,8 +23,15 @@ def _cuda_available() -> bool:
 
 HAVE_CUDA = _cuda_available()
 
-requires_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
-requires_cuda = pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device")
+
+def pytest_collection_modifyitems(config, items):
+    """The one CUDA gate: a test marked ``cuda`` skips without a CUDA device."""
+    if HAVE_CUDA:
+        return
+    no_cuda = pytest.mark.skip(reason="no CUDA device")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(no_cuda)
 
 
 def pytest_report_header(config):

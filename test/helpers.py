@@ -1,5 +1,5 @@
-"""Helpers shared by the test modules (pytest puts test/ on sys.path; the
-children run_fresh starts have it on theirs): the figures of a line, sources
+"""Helpers shared by the test modules (conftest puts test/ and its folders on
+sys.path; the children run_fresh starts have them on theirs): the figures of a line, sources
 and interpreters for the tracer's tests, the thread helpers, an OOM post-mortem's
 live bytes by line, a peak's breakdown, saved profiles for ``diff``, and an
 IPython shell with %mlrun loaded."""
@@ -18,6 +18,10 @@ import pytest
 
 MiB = 1 << 20
 HERE = os.path.dirname(os.path.abspath(__file__))
+# test/ and its folders by part: modules import helpers and each other across
+# them (conftest puts these on sys.path; run_fresh's children get them too)
+TEST_DIRS = [HERE] + sorted(entry.path for entry in os.scandir(HERE)
+                            if entry.is_dir() and entry.name[0] not in "._")
 
 
 def line_of(func, text):
@@ -62,6 +66,19 @@ def line_figures(prof, func, text, device=None):
         if device is None or record["device"] == device:
             return next(line for line in record["lines"] if line["lineno"] == lineno)
     raise AssertionError(f"{func.__qualname__} has no record on {device}")
+
+
+def code_line(record, text):
+    """The one line of a stats() or saved record whose code contains ``text``:
+    for functions whose source is not in this process (a child's script)."""
+    (line,) = [line for line in record["lines"] if text in line["code"]]
+    return line
+
+
+def saved_line(doc, qualname, text):
+    """code_line of the function ``qualname`` in a saved profile's JSON ``doc``."""
+    (record,) = [r for r in doc["functions"] if r["qualname"] == qualname]
+    return code_line(record, text)
 
 
 def tracer_line(tracer, func, text):
@@ -125,7 +142,7 @@ def run_fresh(code, malloc="debug", warnings_error=False, timeout=120):
     build under make asan, not the checkout's) and can import from test/."""
     from pytorch_memlab import _tracer
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(_tracer.__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_root, HERE]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_root, *TEST_DIRS]))
     if malloc and "asan" not in env.get("LD_PRELOAD", ""):
         env["PYTHONMALLOC"] = malloc
     flags = ["-W", "error"] if warnings_error else []
