@@ -59,5 +59,12 @@ def seed_cpu(storages: Sequence[int], /) -> tuple[int, int] | None:
 def cpu_seeded() -> bool:
     """``seed_cpu()`` has run since the counting wrapper was installed."""
 
+def _pause_next_cpu_block(ns: int, /) -> None:
+    """Tests only: the next CPU block counted waits ``ns`` nanoseconds between
+    its count and its push to the tracer."""
+
+def _cpu_block_paused() -> bool:
+    """Tests only: a block is waiting (see ``_pause_next_cpu_block``)."""
+
 def fields(kind: str, /) -> tuple[str, ...]:
     """Field names of the source."""

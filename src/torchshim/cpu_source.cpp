@@ -40,7 +40,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <chrono>
 #include <mutex>
+#include <thread>
 
 namespace {
 
@@ -180,6 +182,22 @@ void counted_delete(void *ptr) {
     deleter(ptr);
 }
 
+// Tests only (pause_next_cpu_block): the next block counted waits this long
+// between its count and its push, and `g_paused` says it is waiting; a
+// listener starting meanwhile on another thread must read a level that holds
+// the block or see its push, not both.  One relaxed load per block otherwise.
+std::atomic<int64_t> g_pause_ns{0};
+std::atomic<bool> g_paused{false};
+
+void pause_if_asked() noexcept {
+    const int64_t ns = g_pause_ns.exchange(0, std::memory_order_acq_rel);
+    if (ns <= 0)
+        return;
+    g_paused.store(true, std::memory_order_release);
+    std::this_thread::sleep_for(std::chrono::nanoseconds(ns));
+    g_paused.store(false, std::memory_order_release);
+}
+
 // Records `ptr` as live.  Called before the block leaves the base's
 // DataPtr, so an exception here still frees it.
 void remember(CpuState *state, void *ptr, std::size_t size,
@@ -205,6 +223,8 @@ void remember(CpuState *state, void *ptr, std::size_t size,
     t_totals.bytes_allocated += static_cast<int64_t>(size);
     t_totals.blocks_allocated += 1;
     state->raise_readers(b, n);
+    if (g_pause_ns.load(std::memory_order_relaxed) != 0)
+        pause_if_asked();
     tell(ptr, size, 1);
 }
 
@@ -545,6 +565,19 @@ int cpu_seed(const std::uintptr_t *storages, std::size_t n, int64_t *seeded,
 bool cpu_seeded() noexcept {
     const CpuState *state = g_state.load(std::memory_order_acquire);
     return state != nullptr && state->seeded.load();
+}
+
+}  // namespace memlab
+
+namespace memlab {
+
+void cpu_pause_next_block(int64_t ns) noexcept {
+    g_paused.store(false, std::memory_order_release);
+    g_pause_ns.store(ns, std::memory_order_release);
+}
+
+bool cpu_block_paused() noexcept {
+    return g_paused.load(std::memory_order_acquire);
 }
 
 }  // namespace memlab

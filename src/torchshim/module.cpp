@@ -280,6 +280,18 @@ PyObject *shim_cpu_seeded(PyObject *self, PyObject *unused) {
     return PyBool_FromLong(memlab::cpu_seeded());
 }
 
+PyObject *shim_pause_next_cpu_block(PyObject *self, PyObject *arg) {
+    const long long ns = PyLong_AsLongLong(arg);
+    if (ns == -1 && PyErr_Occurred())
+        return nullptr;
+    memlab::cpu_pause_next_block(static_cast<int64_t>(ns));
+    Py_RETURN_NONE;
+}
+
+PyObject *shim_cpu_block_paused(PyObject *self, PyObject *unused) {
+    return PyBool_FromLong(memlab::cpu_block_paused());
+}
+
 // Adds `source` as attribute `name`.  A nullptr source (not built for this
 // torch) leaves the attribute absent.
 int add_capsule(PyObject *module, const char *name, const memlab_source *source) {
@@ -349,6 +361,11 @@ PyMethodDef shim_methods[] = {
      "after prepare('cpu', 0) counts: (storages, bytes) counted; later calls: None."},
     {"cpu_seeded", shim_cpu_seeded, METH_NOARGS,
      "cpu_seeded() -> bool\n\nseed_cpu() has run since the wrapper was installed."},
+    {"_pause_next_cpu_block", shim_pause_next_cpu_block, METH_O,
+     "_pause_next_cpu_block(ns) -> None\n\nTests only: the next CPU block counted waits "
+     "ns nanoseconds between its count and its push to the tracer."},
+    {"_cpu_block_paused", shim_cpu_block_paused, METH_NOARGS,
+     "_cpu_block_paused() -> bool\n\nTests only: a block is waiting (see above)."},
     {"fields", shim_fields, METH_VARARGS,
      "fields(kind) -> tuple[str, ...]\n\nField names of the 'cuda' or 'cpu' source."},
     {nullptr, nullptr, 0, nullptr},

@@ -47,6 +47,11 @@ int cpu_seed(const std::uintptr_t *storages, std::size_t n, int64_t *seeded,
 /* cpu_seed() has run (false before the wrapper is installed). */
 bool cpu_seeded() noexcept;
 
+/* Tests only: the next CPU block counted waits `ns` between its count and its
+ * push to the listener, and cpu_block_paused() is true meanwhile. */
+void cpu_pause_next_block(int64_t ns) noexcept;
+bool cpu_block_paused() noexcept;
+
 /* Copy msg into err (err_len bytes, always NUL-terminated when err_len > 0). */
 void copy_error(char *err, int err_len, const char *msg) noexcept;
 

@@ -5,6 +5,7 @@ import asyncio
 import ctypes
 import gc
 import threading
+import time
 
 import pytest
 
@@ -126,6 +127,37 @@ def check_exact(prof, func):
     assert (held + peak["before_call"] + peak["other_threads"], peak["bytes"]) == \
         (peak["bytes"], highest), func.__name__
     assert peak["before_call"] >= 0, func.__name__
+
+
+@torch.jit.script
+def one_block() -> torch.Tensor:
+    """A 1 MiB block made without the GIL (returned: never optimised away)."""
+    x = torch.empty([1048576], dtype=torch.uint8)
+    x[0] = 1
+    return x
+
+
+def test_a_tracer_started_while_a_block_waits_between_its_count_and_its_push_counts_it_once():
+    """The shim holds the next block 0.2 s after the allocator counted it and
+    before it is pushed; a tracer enabled on this thread meanwhile follows it
+    exactly once (before: in the level it read and again as a push)."""
+    current = native.shim_fields("cpu").index(CURRENT)
+    t = cpu_tracer(outer)
+    for _ in range(3):              # compiled (with the GIL) before the pause
+        one_block()
+    shim._pause_next_cpu_block(200_000_000)
+    thread = threading.Thread(target=one_block)       # TorchScript: without the GIL
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not shim._cpu_block_paused():
+        assert time.monotonic() < deadline, "the block never paused"
+        time.sleep(0.0005)
+    t.enable()
+    thread.join()
+    try:
+        assert t.followed_level == native.sample("cpu", 0)[current]
+    finally:
+        t.disable()
 
 
 def test_profiles_started_while_torchscript_churns_start_from_the_exact_level(churner):
