@@ -131,7 +131,7 @@ def test_growth_per_call_is_what_each_line_made_and_still_holds(program):
     finally:
         t.disable()
     (calls,) = [figures for code, figures in t.call_stats() if code is step.__code__]
-    n_calls, _, lines = calls
+    n_calls, _, lines, _ = calls
     assert n_calls == len(plans)
     first = step.__code__.co_firstlineno
     want = expected_least(run, n_calls)
