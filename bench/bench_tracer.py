@@ -114,7 +114,7 @@ def call_cost(n, repeats):
         tracer.disable()
         return t
     under()
-    (calls, _, _), = [figures for code, figures in tracer.call_stats()]
+    (calls, _, _, _), = [figures for code, figures in tracer.call_stats()]
     assert calls == n, (calls, n)                 # each call of tiny is a call
     on, off = pairs(under, lambda: timed(call_tiny, n), repeats)
     return statistics.median(a - b for a, b in zip(on, off)) / n

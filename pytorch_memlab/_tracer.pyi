@@ -165,10 +165,10 @@ class Tracer:
     def call_stats(self) -> list[tuple[CodeType, tuple[int, bool, dict[int, tuple[
             tuple[int, int, tuple[int, ...]] | None,
             tuple[int, int, tuple[int, ...]] | None,
-            int | None]]]]]:
+            int | None]], tuple[int | None, tuple[int | None, ...]]]]]:
         """Figures per outermost call, one pair per registered code object in
         registration order: ``(code, (calls, first_kept, {lineno: (first,
-        later, least_growth)}))``.  ``calls``: the calls the code took part in (a
+        later, least_growth)}, (first_start, later_starts)))``.  ``calls``: the calls the code took part in (a
         call: from a thread entering a profiled function while none runs on
         any thread, to none running anywhere, a suspended generator or
         coroutine counting as running); ``first``: the first call's
@@ -176,7 +176,11 @@ class Tracer:
         after it (None where the line did not run in them); ``least_growth``:
         the least growth of the line that one call after the first kept
         (callfigures.h; 0 for a call it did not run in), None before the third call.  ``stats()``
-        is the two folded together."""
+        is the two folded together.  ``first_start``: the growth field's level
+        when the first call began (None: not kept or not read);
+        ``later_starts``, one per column: the level when the later call began
+        that first reached the highest figure of the column's lines over the
+        later calls (empty before a later call ended)."""
     def peaks(self) -> list[tuple[CodeType, tuple[int, int, int, int, int, dict[int, int]] | None]]:
         """Per registered code object, what was alive at its function's
         highest level (over all its outermost frames): ``(bytes, lineno,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import types
 from typing import Optional, Sequence
 
+from ..records.columns import PEAK_COLUMN
 from ..records.curve import CurveArg, CurveInfo, CurvePoint
 from ..records.model import GROWTH, FunctionRecord, LineRecord
 from .tracers import (CallStats, CallTable, CurvePoints, Figures, LineTable, PeakTuple,
@@ -34,7 +35,7 @@ def _lines(code: types.CodeType, table: LineTable, calls: CallTable,
     """Every source line's record; ``held``: bytes each line held at the
     function's peak (None: not known)."""
     position = {name: recorded.index(name) for name in shown}
-    n_calls, first_kept, per_call = calls
+    n_calls, first_kept, per_call, _ = calls
     rows: list[LineRecord] = []
     for lineno, text in source_lines(code, list(table) + list(raised)):
         figures: Optional[Figures] = table.get(lineno)
@@ -49,6 +50,19 @@ def _lines(code: types.CodeType, table: LineTable, calls: CallTable,
             held_at_peak=None if held is None else held.get(lineno, 0 if figures else None),
             has_held=True))
     return rows
+
+
+def _start_level(calls: CallTable, recorded: Sequence[str]) -> Optional[dict[str, Optional[int]]]:
+    """record["start_level"]: the level (active bytes) when the first call
+    began, and when the later call began that reached the later calls'
+    highest active bytes' peak (the tracer keeps one per column); None when
+    neither is known."""
+    n_calls, _, _, (first, later) = calls
+    at = recorded.index(PEAK_COLUMN) if PEAK_COLUMN in recorded else len(later)
+    later_start = later[at] if at < len(later) else None
+    if not n_calls or (first is None and later_start is None):
+        return None
+    return {"first_call": first, "later_calls": later_start}
 
 
 def _peak(found: Optional[PeakTuple]) -> tuple[Optional[dict[str, int]], Optional[dict[int, int]]]:
@@ -81,7 +95,7 @@ def build_records(entries: Sequence[FunctionEntry], labels: Sequence[str],
     # by identity: look-alike code objects compare equal (see TracerStats)
     by_code = [{id(code): lines for code, lines in stats} for stats in per_device]
     calls_by_code = [{id(code): calls for code, calls in stats} for stats in per_call]
-    none: CallTable = (0, False, {})
+    none: CallTable = (0, False, {}, (None, ()))
     names = {id(code): entry.qualname for entry in entries for code in entry.codes}
     kept = [{id(code): found for code, found in device} for device in curves]
     at_peak = [({id(code): found for code, found in device}, why) for device, why in peaks]
@@ -99,7 +113,8 @@ def build_records(entries: Sequence[FunctionEntry], labels: Sequence[str],
                     entry.qualname, code.co_filename, code.co_firstlineno, device, list(shown),
                     _lines(code, table, called, recorded, shown, raised.get(id(code), {}),
                            held),
-                    calls=called[0] if called[0] else None, peak=peak, peak_missing=why)
+                    calls=called[0] if called[0] else None, peak=peak, peak_missing=why,
+                    start_level=_start_level(called, recorded))
                 found = kept[d].get(id(code)) if d < len(kept) else None
                 if found is not None and choice is not None:
                     points, merged, call, n_calls, events = found

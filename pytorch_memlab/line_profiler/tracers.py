@@ -19,10 +19,13 @@ from ..common.devices import DeviceSlot, current_target, label
 LineTable = dict[int, tuple[int, int, tuple[int, ...]]]
 TracerStats = list[tuple[types.CodeType, LineTable]]
 # Per outermost call (native Tracer.call_stats): (calls, first kept, {lineno: (first,
-# later, least growth of one later call or None before the third call)})
+# later, least growth of one later call or None before the third call)}, (level when
+# the first call began, (per column: when the later call that reached its highest began)))
 Figures = tuple[int, int, tuple[int, ...]]
+CallStarts = tuple[Optional[int], tuple[Optional[int], ...]]
 CallTable = tuple[int, bool,
-                  dict[int, tuple[Optional[Figures], Optional[Figures], Optional[int]]]]
+                  dict[int, tuple[Optional[Figures], Optional[Figures], Optional[int]]],
+                  CallStarts]
 CallStats = list[tuple[types.CodeType, CallTable]]
 # [(code, (points, merged, call, calls, line events)), ...]: each function's
 # kept curve; a point (lineno, active, reserved, peak, callee code or None)

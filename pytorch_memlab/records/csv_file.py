@@ -3,7 +3,8 @@ the header ``qualname, filename, first_line, device, lineno, count,
 net_growth, <columns...>, <figures per call...>, <the peak...>, raised, code``;
 an empty cell is a null.  The peak (since schema version 4; ``PEAK_HEADER``) is
 the line's ``held_at_peak`` then the function's ``peak.<key>``; a file without
-it loads as not having recorded it.  The figures per call (since schema version 3; ``call_header``) are
+it loads as not having recorded it.  Then the function's ``start_level.first_call``
+and ``start_level.later_calls`` (since schema version 5; ``START_HEADER``).  The figures per call (since schema version 3; ``call_header``) are
 the function's ``calls``, the line's ``growth_per_call``, then
 ``first_call.<key>`` and ``later_calls.<key>`` for count, net_growth and each
 column; a file without them loads as not having recorded them.  It has no
@@ -23,7 +24,7 @@ import io
 from typing import IO, Any, Optional, Sequence
 
 from .document import RECORD_KEYS, SCHEMA_VERSION, meanings_of
-from .model import GROWTH, HELD, PEAK_KEYS, FunctionRecord, LineRecord, Profile
+from .model import GROWTH, HELD, PEAK_KEYS, START_KEYS, FunctionRecord, LineRecord, Profile
 
 _NUMBERS = ("lineno", "count", GROWTH)
 
@@ -41,11 +42,13 @@ def call_header(columns: Sequence[str]) -> list[str]:
 
 # What was alive at the peak (schema version 4), after the figures per call.
 PEAK_HEADER = [HELD] + [f"peak.{key}" for key in PEAK_KEYS]
+# What was alive when the calls began (schema version 5), after the peak.
+START_HEADER = [f"start_level.{key}" for key in START_KEYS]
 
 
 def header(columns: Sequence[str]) -> list[str]:
     return (list(RECORD_KEYS) + list(_NUMBERS) + list(columns) + call_header(columns)
-            + PEAK_HEADER + ["raised", "code"])
+            + PEAK_HEADER + START_HEADER + ["raised", "code"])
 
 
 def _call_cells(record: FunctionRecord, line: LineRecord, columns: Sequence[str]) -> list[Any]:
@@ -62,6 +65,7 @@ def row_values(record: FunctionRecord, line: LineRecord, columns: Sequence[str])
              line.lineno, line.count, line.net_growth]
             + [line.figures.get(c) for c in columns] + _call_cells(record, line, columns)
             + [line.held_at_peak] + [record.peak[k] if record.peak else None for k in PEAK_KEYS]
+            + [(record.start_level or {}).get(k) for k in START_KEYS]
             + [line.raised, line.code])
 
 
@@ -128,6 +132,8 @@ def loads(text: str, where: str) -> Profile:
         raise ValueError(f"{where} is not a pytorch_memlab CSV profile: the header should be "
                          + ", ".join(header(["<columns...>"])))
     names = head[len(RECORD_KEYS):-2]
+    has_start = names[-len(START_HEADER):] == START_HEADER   # schema version 5
+    names = names[:-len(START_HEADER)] if has_start else names
     columns = names[len(_NUMBERS):]
     has_peak = names[-len(PEAK_HEADER):] == PEAK_HEADER   # schema version 4
     if has_peak:
@@ -156,6 +162,8 @@ def loads(text: str, where: str) -> Profile:
             raise ValueError(f"{where}, row {number}: first_line is empty; expected an "
                              "integer")
         values = [_number(v, n, where, number) for v, n in zip(row[4:-2], names)]
+        starts = [_number(v, n, where, number) for v, n in
+                  zip(row[-2 - len(START_HEADER):-2], START_HEADER)] if has_start else []
         lineno, count = values[0], values[1]
         if lineno is None or count is None:
             raise ValueError(f"{where}, row {number}: lineno and count must be integers")
@@ -169,7 +177,9 @@ def loads(text: str, where: str) -> Profile:
                 and has_peak else None
             functions.append(FunctionRecord(qualname, filename, first_line, device,
                                             list(columns), [], calls=calls,
-                                            peak=peak))  # type: ignore[arg-type]
+                                            peak=peak,  # type: ignore[arg-type]
+                                            start_level=dict(zip(START_KEYS, starts))
+                                            if any(v is not None for v in starts) else None))
             if device not in devices:
                 devices.append(device)
         line = LineRecord(lineno, row[-1], count, values[2], dict(zip(columns, figures)),

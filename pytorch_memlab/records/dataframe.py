@@ -29,5 +29,5 @@ def dataframe(records: Sequence[FunctionRecord]) -> "pandas.DataFrame":
             for record in records for line in record.lines]
     frame = pandas.DataFrame(rows, columns=csv_file.header(columns))
     numeric = (["first_line", "lineno", "count", GROWTH] + columns
-               + csv_file.call_header(columns) + csv_file.PEAK_HEADER)
+               + csv_file.call_header(columns) + csv_file.PEAK_HEADER + csv_file.START_HEADER)
     return frame.astype({name: "Int64" for name in numeric})

@@ -1,10 +1,10 @@
 """A profile as the JSON document ``LineProfiler.save`` writes, and back.
 
-Schema version 4 (``SCHEMA_VERSION``)::
+Schema version 5 (``SCHEMA_VERSION``)::
 
     {
       "format": "pytorch_memlab.line_profile",
-      "schema_version": 4,
+      "schema_version": 5,
       "pytorch_memlab_version": "1.0.0",
       "torch_version": "2.13.0+cpu",
       "python_version": "3.11.9",
@@ -28,6 +28,8 @@ Schema version 4 (``SCHEMA_VERSION``)::
             "raised": null}],
          "peak": {"bytes": 1310720, "lineno": 13, "call": 1,   # optional, see below
                   "before_call": 1048576, "other_threads": 0},
+         "start_level": {"first_call": 1048576,        # optional, see below
+                         "later_calls": 1048576},
          "curve": [[13, 786432, 2097152, 1310720],    # optional, see below
                    [21, 786432, 2097152, 1048576, "Net.block"]],
          "curve_of": {"choice": "peak", "call": 2, "calls": 3, "line_events": 2,
@@ -94,6 +96,16 @@ neither key.  Also new in version 4, a ``"postmortem"`` may have
 ``"live_by_line"`` (the allocated bytes at the failure by the line that made
 them; see ``pytorch_memlab/line_profiler/postmortem.py``); older post-mortems load and print
 without it.
+``start_level`` (new in version 5), once a call of the function ended: the
+active bytes (``active_bytes.all.current``) when its first call began
+(``first_call``), and when the later call began that reached the later
+calls' highest ``active_bytes.all.peak`` (``later_calls``, the earliest such
+call); null where not known (no later call yet, a first call forgotten by a
+``profile_every`` print, a profile that did not record active bytes' peak).
+A first call's peak and the later calls' differ by what was alive when they
+began (state a first call made and kept, such as an optimizer's) and by what
+their lines made; these tell the two apart.  Older files have no such key,
+and read as not recorded.
 """
 from __future__ import annotations
 
@@ -101,11 +113,11 @@ from typing import Any, Optional, Sequence
 
 from .curve import CurveInfo, CurvePoint
 from .meanings import KINDS, UNITS, Field, torch_meaning
-from .model import (GROWTH, HELD, PEAK_KEYS, VERSION_KEYS, FunctionRecord, LineRecord,
-                    Profile, TimelineRow)
+from .model import (GROWTH, HELD, PEAK_KEYS, START_KEYS, VERSION_KEYS, FunctionRecord,
+                    LineRecord, Profile, TimelineRow)
 
 FORMAT = "pytorch_memlab.line_profile"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 RECORD_KEYS = ("qualname", "filename", "first_line", "device")
 _LINE_KEYS = ("lineno", "code", "count", GROWTH, "raised")
 _KNOWN = {"format", "schema_version", "created", "devices", "columns", "column_meanings",
@@ -246,13 +258,22 @@ class _Reader:
             curve_of=self.curve_of(obj.get("curve_of"), f"{place}.curve_of")
             if "curve" in obj else None,
             peak=self.peak(obj["peak"], f"{place}.peak") if obj.get("peak") is not None
-            else None)
+            else None,
+            start_level=self.start_level(obj["start_level"], f"{place}.start_level")
+            if obj.get("start_level") is not None else None)
 
     def peak(self, obj: Any, place: str) -> dict[str, int]:
         if not isinstance(obj, dict):
             raise self.fail(place, f"it is {_show(obj)}; expected an object with "
                             + ", ".join(PEAK_KEYS))
         return {key: self.typed(obj, key, int, place, "an integer") for key in PEAK_KEYS}
+
+    def start_level(self, obj: Any, place: str) -> dict[str, Optional[int]]:
+        if not isinstance(obj, dict):
+            raise self.fail(place, f"it is {_show(obj)}; expected an object with "
+                            + ", ".join(START_KEYS))
+        return {key: self.typed(obj, key, int, place, "an integer or null", optional=True)
+                for key in START_KEYS}
 
     def curve(self, obj: Any, place: str) -> list[CurvePoint]:
         accepted = "[lineno, active, reserved, line_peak] (integers), then a callee's qualname"

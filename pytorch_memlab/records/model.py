@@ -26,6 +26,10 @@ CALL_KEYS = ("first_call", "later_calls", "growth_per_call")
 HELD = "held_at_peak"
 # What a function's record["peak"] holds (schema version 4).
 PEAK_KEYS = ("bytes", "lineno", "call", "before_call", "other_threads")
+# What a function's record["start_level"] holds (schema version 5): the active
+# bytes when the first call began, and when the later call began that reached
+# the later calls' highest active_bytes.all.peak.
+START_KEYS = ("first_call", "later_calls")
 
 
 class _ReadsAsDict(Mapping[str, Any]):
@@ -133,6 +137,8 @@ class FunctionRecord(_ReadsAsDict):
     # None: not known.  peak_missing: why not, for a live profile (not saved).
     peak: Optional[dict[str, int]] = None
     peak_missing: Optional[str] = None
+    # START_KEYS, each None where not known; None: none known.
+    start_level: Optional[dict[str, Optional[int]]] = None
 
     @property
     def ran(self) -> bool:
@@ -159,6 +165,8 @@ class FunctionRecord(_ReadsAsDict):
             keys += ("curve", "curve_of")
         if self.peak is not None:
             keys += ("peak",)
+        if self.start_level is not None:
+            keys += ("start_level",)
         return keys
 
     def project(self, columns: Sequence[str]) -> FunctionRecord:
@@ -166,7 +174,8 @@ class FunctionRecord(_ReadsAsDict):
         return FunctionRecord(self.qualname, self.filename, self.first_line, self.device,
                               list(columns), [line.project(columns) for line in self.lines],
                               self.postmortem, self.calls, self.curve, self.curve_of,
-                              self.peak, self.peak_missing)
+                              self.peak, self.peak_missing,
+                              None if self.start_level is None else dict(self.start_level))
 
     def to_dict(self) -> dict[str, Any]:
         data = dict(self.items())
@@ -177,6 +186,8 @@ class FunctionRecord(_ReadsAsDict):
             data["curve_of"] = dict(self.curve_of or {})
         if self.peak is not None:
             data["peak"] = dict(self.peak)
+        if self.start_level is not None:
+            data["start_level"] = dict(self.start_level)
         return data
 
 

@@ -20,13 +20,16 @@ would have kept them had it not forgotten anything in between:
   did not run in a step the function ran in);
 - the peak, with what each line held then, and the curve are those of the
   step that reached the highest, the first such (the callbacks' profiler
-  keeps the curve of the call that reached the peak).
+  keeps the curve of the call that reached the peak);
+- what was alive when the later calls began (``start_level``) is the step's
+  whose lines first reached the later calls' highest active bytes' peak.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Optional, Sequence
 
+from .columns import PEAK_COLUMN
 from .meanings import Field
 from .model import GROWTH, FunctionRecord, LineRecord
 
@@ -72,10 +75,29 @@ def _curve_peak(record: FunctionRecord) -> int:
     return max((point[3] for point in record.curve or ()), default=-1)
 
 
+def _top(figures: Sequence[Optional[Figures]]) -> Optional[int]:
+    """The highest active bytes' peak of some lines' figures, None if none."""
+    values = [v for v in (f.get(PEAK_COLUMN) for f in figures if f) if v is not None]
+    return max(values, default=None)
+
+
+def _later_start(total: FunctionRecord, record: FunctionRecord, first_known: bool) -> None:
+    """The later calls' start level: the step's, where its lines reach above
+    the later calls' highest so far (all of ``total``'s calls are later ones
+    where it does not hold the first)."""
+    mine = _top([line.later_calls if first_known else _whole(line) for line in total.lines])
+    step = _top([_whole(line) for line in record.lines])
+    if step is not None and (mine is None or step > mine):
+        known = total.start_level or {"first_call": None, "later_calls": None}
+        total.start_level = {**known,
+                             "later_calls": (record.start_level or {}).get("later_calls")}
+
+
 def _fold_one(total: FunctionRecord, record: FunctionRecord,
               meanings: dict[str, Field]) -> None:
     by_line = {line.lineno: line for line in record.lines}
     first_known = any(line.first_call is not None for line in total.lines)
+    _later_start(total, record, first_known)
     least_known = any(line.growth_per_call is not None for line in record.lines)
     higher = record.peak is not None and (total.peak is None
                                           or record.peak["bytes"] > total.peak["bytes"])

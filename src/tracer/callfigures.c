@@ -17,6 +17,15 @@ release_growth(CallFigures *f)
     f->n_slots = 0;
 }
 
+static void
+release_tops(CallFigures *f)
+{
+    free(f->later_top);
+    free(f->later_start);
+    f->later_top = f->later_start = NULL;
+    f->n_tops = 0;
+}
+
 void
 callfigures_free(CallFigures *f)
 {
@@ -25,6 +34,7 @@ callfigures_free(CallFigures *f)
     }
     linetable_free(f->first);
     release_growth(f);
+    release_tops(f);
     free(f);
 }
 
@@ -46,6 +56,8 @@ callfigures_rotate(LineTable *table)
     }
     linetable_free(f->first);
     f->first = NULL;
+    f->first_start = -1;
+    release_tops(f);          /* the table's figures start over */
     f->commits_seen = 0;
     if (f->growth_before != NULL) {
         memset(f->growth_before, 0, (size_t)f->n_slots * sizeof(int64_t));
@@ -56,6 +68,7 @@ void
 callfigures_clear_clock(CallClock *clock)
 {
     clock->started = 0;
+    clock->start_ok = 0;
     clock->ended = 0;
     clock->start_level = 0;
     clock->end_level = 0;
@@ -101,9 +114,46 @@ cover_table(CallFigures *f, const LineTable *t)
     return 0;
 }
 
-/* One table's step at the end of a call it took part in. */
+/* A later call of `t` ended, begun at `start` (-1: not read): for each
+ * column whose highest figure over the table's lines rose in it, this call's
+ * start is the later calls' (ties keep the earlier call). */
 static int
-table_end_call(LineTable *t)
+note_later_start(CallFigures *f, const LineTable *t, int64_t start)
+{
+    int n = t->n_columns;
+    if (f->n_tops != n) {
+        release_tops(f);
+        f->later_top = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+        f->later_start = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+        if (f->later_top == NULL || f->later_start == NULL) {
+            release_tops(f);
+            return -1;
+        }
+        for (int c = 0; c < n; c++) {
+            f->later_top[c] = INT64_MIN;
+            f->later_start[c] = -1;
+        }
+        f->n_tops = n;
+    }
+    for (int s = 0; s < t->n_slots; s++) {
+        if (!t->seen[s]) {
+            continue;
+        }
+        const int64_t *row = t->values + (size_t)s * (size_t)n;
+        for (int c = 0; c < n; c++) {
+            if (row[c] > f->later_top[c]) {
+                f->later_top[c] = row[c];
+                f->later_start[c] = start;
+            }
+        }
+    }
+    return 0;
+}
+
+/* One table's step at the end of a call it took part in, begun at `start`
+ * (-1: not read). */
+static int
+table_end_call(LineTable *t, int64_t start)
 {
     CallFigures *f = t->calls;
     if (f == NULL) {
@@ -111,6 +161,7 @@ table_end_call(LineTable *t)
         if (f == NULL) {
             return -1;
         }
+        f->first_start = -1;
     }
     f->correct_last = 0;
     if (t->commits == f->commits_seen) {
@@ -125,10 +176,11 @@ table_end_call(LineTable *t)
         if (f->first == NULL) {
             return -1;
         }
+        f->first_start = start;
         f->calls = 1;
         return 0;
     }
-    if (cover_table(f, t) < 0) {
+    if (cover_table(f, t) < 0 || note_later_start(f, t, start) < 0) {
         return -1;
     }
     f->calls++;
@@ -263,7 +315,8 @@ callfigures_settle_last(CallClock *clock, CodeMap *codes, const Attrib *a)
 }
 
 void
-callfigures_begin_call(CallClock *clock, CodeMap *codes, int64_t level, const Attrib *a)
+callfigures_begin_call(CallClock *clock, CodeMap *codes, int64_t level, int read_ok,
+                       const Attrib *a)
 {
     if (clock->started) {
         int64_t kept = memlab_sub_sat(level, clock->start_level);
@@ -311,6 +364,7 @@ callfigures_begin_call(CallClock *clock, CodeMap *codes, int64_t level, const At
         }
     }
     clock->started = 1;
+    clock->start_ok = read_ok;
     clock->ended = 0;
     clock->start_level = level;
 }
@@ -319,10 +373,11 @@ Py_ssize_t
 callfigures_end_call(CallClock *clock, CodeMap *codes, int64_t level, int read_ok)
 {
     Py_ssize_t failed = 0;
+    int64_t start = clock->start_ok ? clock->start_level : -1;
     clock->ended = read_ok;
     clock->end_level = level;
     for (int i = 0; i < codes->n_tables; i++) {
-        if (table_end_call(codes->tables[i]) < 0) {
+        if (table_end_call(codes->tables[i], start) < 0) {
             failed++;
         }
     }

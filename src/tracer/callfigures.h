@@ -21,7 +21,7 @@
  * in a call when one of its lines committed during it.
  *
  * Nothing here runs per line: at the end of each call, a table that took
- * part does one step in O(its lines).  At the end of its first call the
+ * part does one step in O(its lines x its columns).  At the end of its first call the
  * table's figures move to `first` and the table starts empty, so from then on
  * it holds the later calls alone; "all calls" is the two folded together when
  * asked (stats()).  From the second call on, each line's growth in the call
@@ -68,6 +68,16 @@ typedef struct CallFigures {
                                  start of the call after the next, or 0 */
     int64_t *deferred_growth; /* Owned. its lines' bytes still alive when last
                                  looked (the next call's start, a disable) */
+    /* What was alive when the calls began, so that a first call's peak and
+     * the later calls' can be told apart from what was there before them
+     * (optimizer state the first call made): the level when the first call
+     * began, and per column, the level when the later call began that first
+     * reached the highest figure of the column's lines over the later calls.
+     * -1: not read. */
+    int64_t first_start;
+    int n_tops;               /* columns of the two arrays below; 0 before a later call */
+    int64_t *later_top;       /* Owned. per column: the highest figure of its lines */
+    int64_t *later_start;     /* Owned. per column: the level when its call began */
 } CallFigures;
 
 /* The tracer's side: the level when the current call began. */
@@ -75,6 +85,7 @@ typedef struct {
     int64_t start_level;      /* level at the start of the current (or last) call */
     int64_t end_level;        /* level at the end of the last call */
     int started;              /* a call began since the tracer was made or cleared */
+    int start_ok;             /* start_level was read (a failed reading leaves it unknown) */
     int ended;                /* end_level was read (a failed reading leaves it unknown) */
     int64_t settle_level;     /* the followed level when blocks stopped being
                                  followed (callfigures_settle_last) */
@@ -91,12 +102,12 @@ void callfigures_clear_clock(CallClock *clock);
  * of calls and each line's least growth stay. */
 void callfigures_rotate(LineTable *table);
 
-/* A call begins at `level`: the previous call's growth of each line is what
- * its line made in that call and still holds now, when `a` (NULL: none)
- * followed every block of it; else it is reduced by the frees since it
- * began (see above).  Never raises. */
+/* A call begins at `level` (read_ok: 0 when it could not be read): the
+ * previous call's growth of each line is what its line made in that call and
+ * still holds now, when `a` (NULL: none) followed every block of it; else it
+ * is reduced by the frees since it began (see above).  Never raises. */
 void callfigures_begin_call(CallClock *clock, CodeMap *codes, int64_t level,
-                            const Attrib *a);
+                            int read_ok, const Attrib *a);
 
 /* Blocks stop being followed (disable, a move): the last call's growth of
  * each line becomes what its line made and still holds now, where `a` knows
@@ -114,11 +125,12 @@ Py_ssize_t callfigures_end_call(CallClock *clock, CodeMap *codes, int64_t level,
  * call's figures folded with the later ones'.  NULL with an exception set. */
 PyObject *callfigures_all_to_dict(const LineTable *table, const memlab_fold *folds);
 
-/* (calls, first_kept, {lineno: (first, later, least_growth)}) where first
- * and later are (count, net_growth, (values...)) or None where the line did
- * not run in those calls (first: always None when not first_kept, after a
- * rotation), and least_growth is None before the third call.  NULL with an
- * exception set. */
+/* (calls, first_kept, {lineno: (first, later, least_growth)}, (first_start,
+ * (later_start per column...))) where first and later are (count, net_growth,
+ * (values...)) or None where the line did not run in those calls (first:
+ * always None when not first_kept, after a rotation), least_growth is None
+ * before the third call, and the starts are CallFigures' (None where not
+ * read; no later starts before a later call).  NULL with an exception set. */
 PyObject *callfigures_to_tuple(const LineTable *table, const Attrib *a);
 
 #endif /* MEMLAB_CALLFIGURES_H */

@@ -168,6 +168,40 @@ least_growth(const CallFigures *f, const int64_t *least, int line)
     return PyLong_FromLongLong(value);
 }
 
+/* A level as Python reads it: None where it was not read (-1). */
+static PyObject *
+level_or_none(int64_t level)
+{
+    if (level < 0) {
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromLongLong(level);
+}
+
+/* (first_start, (later_start per column...)); NULL with an exception set. */
+static PyObject *
+starts_tuple(const CallFigures *f, int first_kept)
+{
+    PyObject *later = PyTuple_New(f->n_tops);
+    if (later == NULL) {
+        return NULL;
+    }
+    for (int c = 0; c < f->n_tops; c++) {
+        PyObject *v = level_or_none(f->later_start[c]);
+        if (v == NULL) {
+            Py_DECREF(later);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(later, c, v);
+    }
+    PyObject *first = level_or_none(first_kept ? f->first_start : -1);
+    if (first == NULL) {
+        Py_DECREF(later);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", first, later);
+}
+
 PyObject *
 callfigures_to_tuple(const LineTable *t, const Attrib *a)
 {
@@ -181,7 +215,7 @@ callfigures_to_tuple(const LineTable *t, const Attrib *a)
         goto error;
     }
     if (f == NULL || f->calls == 0) {    /* no call ended yet */
-        return Py_BuildValue("(LON)", (long long)0, Py_False, lines);
+        return Py_BuildValue("(LON(O()))", (long long)0, Py_False, lines, Py_None);
     }
     if ((f->correct_last || f->deferred_call != 0) && f->n_slots > 0) {
         last = pending_least(f, t, a);
@@ -213,8 +247,12 @@ callfigures_to_tuple(const LineTable *t, const Attrib *a)
         Py_CLEAR(key);
         Py_CLEAR(row);
     }
-    result = Py_BuildValue("(LON)", (long long)f->calls, first != NULL ? Py_True : Py_False,
-                           lines);
+    PyObject *starts = starts_tuple(f, first != NULL);
+    if (starts == NULL) {
+        goto error;
+    }
+    result = Py_BuildValue("(LONN)", (long long)f->calls, first != NULL ? Py_True : Py_False,
+                           lines, starts);
     free(last);
     return result;
 error:

@@ -150,7 +150,7 @@ stack_opened(TracerObject *t, int64_t level, int read_ok)
     t->open_stacks++;
     if (!t->call_open) {
         t->call_open = 1;
-        callfigures_begin_call(&t->clock, &t->codes, level,
+        callfigures_begin_call(&t->clock, &t->codes, level, read_ok,
                                t->attrib.attached && !t->attrib_moved ? &t->attrib : NULL);
     }
 }

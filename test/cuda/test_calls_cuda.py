@@ -92,6 +92,42 @@ def test_cuda_held_result_beside_a_leak():
     kept.clear()
 
 
+def test_cuda_adam_state_is_before_the_later_calls():
+    """The start levels of a train step whose first call makes Adam's state
+    are torch's own counter read just before the calls, and the later calls
+    start with at least that state more alive (cuBLAS's workspace, made by
+    the first call's matmul, may add to it)."""
+    torch.manual_seed(0)
+    net = torch.nn.Linear(1024, 1024).cuda()
+    opt = torch.optim.Adam(net.parameters())
+    x = torch.randn(1536, 1024, device="cuda")
+
+    def train_step():
+        out = net(x)
+        loss = out.pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    levels = []
+    prof = LineProfiler(train_step, device="cuda")
+    with prof:
+        for _ in range(4):
+            torch.cuda.synchronize()
+            levels.append(torch.cuda.memory_stats()["active_bytes.all.current"])
+            train_step()
+    torch.cuda.synchronize()
+    (record,) = prof.stats()
+    state = sum(t.untyped_storage().nbytes() for s in opt.state.values() for t in s.values()
+                if t.is_cuda)
+    note = [row for row in repr(prof.display()).splitlines() if row.startswith("note:")]
+    print("start_level:", record["start_level"], "levels:", levels, "state:", state, note)
+    assert levels[1] == levels[2] == levels[3]
+    assert record["start_level"] == {"first_call": levels[0], "later_calls": levels[1]}
+    assert levels[1] - levels[0] >= state > 0
+    torch.cuda.empty_cache()
+
+
 GATE_TESTS = '''
 import torch
 

@@ -93,6 +93,20 @@ def check_calls(fit, qualname, code):
     return lineno
 
 
+def check_start_levels(fit, qualname):
+    """What was alive when the calls began, as the folded tables keep it: the
+    first call's is step 1's; the later calls' is that of step 6, where the
+    kept MiB make the peak, in the whole fit as in steps 4-6."""
+    levels = {what: fit.tables[what][qualname][0]["start_level"] for what in TABLES}
+    early, late = levels["training steps 1-3"], levels["training steps 4-6"]
+    whole = levels["6 training steps"]
+    assert whole["first_call"] == early["first_call"] is not None and late["first_call"] is None
+    assert whole["later_calls"] == late["later_calls"] is not None
+    assert early["later_calls"] < late["later_calls"]
+    # steps 1 to 5 each left a kept MiB alive before step 6 began
+    assert whole["later_calls"] - early["first_call"] >= (STEPS - 1) * MiB
+
+
 def check_by_call(saved, qualname, lineno):
     """The saved fit has the first step apart from the 5 after it."""
     (record,) = saved.stats(qualname)
@@ -157,6 +171,7 @@ def test_lightning_training_step_is_one_call_per_step(lightning_fit):
     lineno = check_calls(fit, qualname, KEEP)
     assert lineno == line_of(Leaky.training_step, KEEP)
     check_by_call(saved, qualname, lineno)
+    check_start_levels(fit, qualname)
 
 
 def test_lightning_optimizer_step_is_one_call_per_step(lightning_fit):
@@ -216,6 +231,7 @@ def test_hf_forward_is_one_call_per_step(hf_fit):
     lineno = check_calls(fit, qualname, KEEP)
     assert lineno == line_of(LeakyLM.forward, KEEP)
     check_by_call(saved, qualname, lineno)
+    check_start_levels(fit, qualname)
 
 
 def test_hf_training_step_is_one_call_per_step(hf_fit):

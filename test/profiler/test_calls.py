@@ -96,7 +96,7 @@ def test_by_call_groups_and_note():
         return y
     prof = run(step, 3)
     plain = text(prof)
-    assert "note: on cpu the first call's peak" in plain
+    assert "note: on cpu the later 2 calls' peak" in plain
     assert "print_stats(by_call=True) shows both" in plain
     by_call = text(prof, by_call=True)
     assert "cpu, first call" in by_call and "cpu, later calls" in by_call

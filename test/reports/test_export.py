@@ -24,6 +24,7 @@ COLUMNS = ("active_bytes.all.peak", "reserved_bytes.all.peak", "allocation.all.a
 # the CSV's cells of what was alive at the peak (schema version 4)
 PEAK = ("held_at_peak", "peak.bytes", "peak.lineno", "peak.call", "peak.before_call",
         "peak.other_threads")
+START = ("start_level.first_call", "start_level.later_calls")
 
 def work():
     x = torch.empty(262144)
@@ -112,7 +113,7 @@ def test_json_schema(prof, tmp_path):
     prof.save(path)
     data = json.loads(path.read_text())
     assert data["format"] == "pytorch_memlab.line_profile"
-    assert data["schema_version"] == SCHEMA_VERSION == 4
+    assert data["schema_version"] == SCHEMA_VERSION == 5
     assert data["torch_version"] == str(torch.__version__)
     assert data["pytorch_memlab_version"] == pytorch_memlab.__version__
     assert data["python_version"] == "%d.%d.%d" % sys.version_info[:3]
@@ -150,7 +151,7 @@ def test_csv_layout(prof, tmp_path):
                                                ("first_call", "later_calls")
                                                for key in ("count", "net_growth", *COLUMNS)]
     assert rows[0] == ('"qualname",filename,first_line,device,lineno,count,net_growth,'
-                       + ",".join(COLUMNS + tuple(per_call) + PEAK) + ",raised,code")
+                       + ",".join(COLUMNS + tuple(per_call) + PEAK + START) + ",raised,code")
     lines = sum(len(r["lines"]) for r in prof.stats())
     assert lines == len(rows) - 2 and rows[-1] == f"#end,{lines}"
     assert any(row.startswith("work,") and row.endswith(",,    del x") for row in rows)
@@ -285,7 +286,8 @@ def test_to_dataframe(prof, tmp_path):
                                                ("first_call", "later_calls")
                                                for key in ("count", "net_growth", *COLUMNS)]
     assert list(live.columns) == ["qualname", "filename", "first_line", "device", "lineno",
-                                  "count", "net_growth", *COLUMNS, *per_call, *PEAK, "raised",
+                                  "count", "net_growth", *COLUMNS, *per_call, *PEAK, *START,
+                                  "raised",
                                   "code"]
     assert str(live["net_growth"].dtype) == "Int64"
     row = live[(live.qualname == "work") & live.code.str.contains("del x")].iloc[0]

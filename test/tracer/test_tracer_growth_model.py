@@ -9,7 +9,9 @@ lines keep blocks, make temporaries, free blocks of earlier calls or call a
 profiled helper that keeps blocks, with frees between the calls too; the
 "deferred" test source pushes each block as the CUDA source does.  The
 reference computes the figure from the log of which line made and which
-moment freed every block.  Needs no torch."""
+moment freed every block, and the levels when the calls began (the first
+call's; the later call's that first reached the later calls' highest level)
+from the blocks alive then.  Needs no torch."""
 import os
 
 import pytest
@@ -42,6 +44,10 @@ class Run:
         self.made = {}                # id -> (call, line index, size)
         self.freed_before = {}        # id -> the call whose start it did not live to see
         self.next_id = 1
+        self.high = {}                # call -> the highest level reached in it
+
+    def level(self):
+        return sum(self.made[bid][2] for bid in self.live)
 
     def make(self, n, on_line):
         bid = self.next_id
@@ -49,6 +55,7 @@ class Run:
         _testsource.deferred_block(0x100000 + bid * 0x1000, n)
         if on_line:
             self.made[bid] = (self.call, self.line, n)
+        self.high[self.call] = max(self.high.get(self.call, 0), self.level() + n)
         return bid
 
     def free(self, bid, in_call):
@@ -120,9 +127,11 @@ def test_growth_per_call_is_what_each_line_made_and_still_holds(program):
     t.add_code(step.__code__)
     t.add_code(helper.__code__)
     t.enable()
+    starts = {}
     try:
         for c in range(1, len(plans) + 1):
             run.call = c
+            starts[c] = run.high[c] = run.level()
             step(run)
             for k in between[c - 1]:
                 bid = run.pick(k)
@@ -131,8 +140,14 @@ def test_growth_per_call_is_what_each_line_made_and_still_holds(program):
     finally:
         t.disable()
     (calls,) = [figures for code, figures in t.call_stats() if code is step.__code__]
-    n_calls, _, lines = calls
+    n_calls, _, lines, (first_start, later_starts) = calls
     assert n_calls == len(plans)
+    # what was alive when the first call began, and when the later call began
+    # that first reached the later calls' highest level
+    top = max(run.high[c] for c in range(2, n_calls + 1))
+    assert first_start == starts[1]
+    assert later_starts == (starts[min(c for c in range(2, n_calls + 1)
+                                       if run.high[c] == top)],)
     first = step.__code__.co_firstlineno
     want = expected_least(run, n_calls)
     got = {i: lines[first + 1 + i][2] for i in range(N_LINES) if first + 1 + i in lines}
