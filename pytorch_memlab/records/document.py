@@ -71,9 +71,10 @@ function record has ``"calls"`` (the outermost calls it ran in) and each line
 ``"first_call"`` and ``"later_calls"``, the figures of the first call alone
 and of the calls after it (``{<each column>, "net_growth", "count"}``, null
 figures where the line did not run in them); after 3 or more calls a line that
-ran has ``"growth_per_call"``: the least of what each call after the first
-kept of the line's growth (callfigures.h says how frees are charged) when
-that was positive in each of them, else 0.  Older files have none of these
+ran has ``"growth_per_call"``: the least, over the calls after the first, of
+what the line made in the call and still holds (callfigures.h says when it
+is read and how frees are charged) when that was positive in each of them,
+else 0.  Older files have none of these
 keys, and read as not recorded.
 ``curve`` and ``curve_of`` (new in version 3; ``records.curve``): the line
 events of one call of the function on that device, in order, each

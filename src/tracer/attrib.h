@@ -136,6 +136,13 @@ void attrib_resume(Attrib *a, AttribCall *c);
 int attrib_kept(const Attrib *a, const LineTable *table, int64_t call, int first_line,
                 int n_slots, int64_t *out);
 
+/* For each line of `table` (n_slots from first_line, into out): the least,
+ * over its calls from..to (callfigures' numbers), of what the line made in
+ * the call and is still alive now; 0 for a line some call of which left
+ * nothing.  1, or 0 when not known (not attached, memory ran out).  GIL held. */
+int attrib_survivors(const Attrib *a, const LineTable *table, int64_t from, int64_t to,
+                     int first_line, int n_slots, int64_t *out);
+
 /* The level as the followed blocks make it (GIL held). */
 int64_t attrib_level(const Attrib *a);
 

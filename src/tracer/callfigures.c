@@ -296,6 +296,32 @@ refresh_deferred(CallFigures *f, const LineTable *t, const Attrib *a)
     }
 }
 
+int
+callfigures_survivors_known(const CallFigures *f, const Attrib *a)
+{
+    return f->calls >= 4 && f->n_slots > 0 && f->growth_before != NULL && a != NULL
+           && f->follow_attach != 0 && f->follow_attach == a->attaches;
+}
+
+void
+callfigures_bound_by_survivors(const CallFigures *f, const LineTable *t, const Attrib *a,
+                               int64_t *least)
+{
+    if (!callfigures_survivors_known(f, a)) {
+        return;
+    }
+    int64_t *alive = malloc((size_t)f->n_slots * sizeof(int64_t));
+    if (alive != NULL
+        && attrib_survivors(a, t, 2, f->calls - 2, f->first_line, f->n_slots, alive)) {
+        for (int s = 0; s < f->n_slots; s++) {
+            if (alive[s] < least[s]) {
+                least[s] = alive[s];
+            }
+        }
+    }
+    free(alive);
+}
+
 void
 callfigures_settle_last(CallClock *clock, CodeMap *codes, const Attrib *a)
 {
@@ -307,6 +333,7 @@ callfigures_settle_last(CallClock *clock, CodeMap *codes, const Attrib *a)
             continue;
         }
         refresh_deferred(f, t, a);
+        callfigures_bound_by_survivors(f, t, a, f->least_growth);
         if (f->correct_last && !f->last_exact
             && attrib_kept(a, t, f->calls, f->first_line, f->n_slots, f->last_growth)) {
             f->last_exact = 1;
@@ -329,6 +356,9 @@ callfigures_begin_call(CallClock *clock, CodeMap *codes, int64_t level, int read
             CallFigures *f = t->calls;
             if (f == NULL) {
                 continue;
+            }
+            if (f->calls == 1) {      /* its second call may begin now */
+                f->follow_attach = a != NULL && a->attached && !a->failed ? a->attaches : 0;
             }
             if (f->deferred_call != 0) {
                 refresh_deferred(f, t, a);

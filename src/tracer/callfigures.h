@@ -3,7 +3,10 @@
  * While blocks are followed (attrib.h), a line's growth in a call is exact:
  * the bytes that line made in the call (its callees' included) and that are
  * still alive when the call after the next begins, or, for the last two
- * calls, when the figures are read.  Not the next call: a result that the
+ * calls, when the figures are read.  Where every block has been followed since
+ * the second call began, a line's growth in calls 2..n-2 is also at most
+ * what it made then and is alive when read: a cache of the last few results
+ * outlives a call or two but does not grow every call.  Not the next call: a result that the
  * caller holds until the next call returns, or state that the next call
  * replaces, is made anew in every call without growing.  A profiler that
  * follows blocks only during its calls (a decorated function's, enabled per
@@ -68,6 +71,10 @@ typedef struct CallFigures {
                                  start of the call after the next, or 0 */
     int64_t *deferred_growth; /* Owned. its lines' bytes still alive when last
                                  looked (the next call's start, a disable) */
+    uint64_t follow_attach;   /* the attach (Attrib.attaches) its second call
+                                 began under, or 0: while that attach lasts,
+                                 what its calls made is still followed, and a
+                                 bounded cache is told from growth */
     /* What was alive when the calls began, so that a first call's peak and
      * the later calls' can be told apart from what was there before them
      * (optimizer state the first call made): the level when the first call
@@ -113,6 +120,16 @@ void callfigures_begin_call(CallClock *clock, CodeMap *codes, int64_t level,
  * each line becomes what its line made and still holds now, where `a` knows
  * it exactly.  Never raises. */
 void callfigures_settle_last(CallClock *clock, CodeMap *codes, const Attrib *a);
+
+/* Every block the calls 2..n-2 of the table made has been followed since
+ * they began, by `a` (NULL: none), and still is. */
+int callfigures_survivors_known(const CallFigures *f, const Attrib *a);
+
+/* Lowers least[] (one per slot of f) to what each line made in calls
+ * 2..n-2 and is alive now, where callfigures_survivors_known.  Out of
+ * memory: least[] stays as it was.  Never raises. */
+void callfigures_bound_by_survivors(const CallFigures *f, const LineTable *t,
+                                    const Attrib *a, int64_t *least);
 
 /* The end of a call at `level` (read_ok: 0 when it could not be read):
  * every table of `codes` that took part steps.  Returns the number of tables

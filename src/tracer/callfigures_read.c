@@ -151,6 +151,28 @@ pending_least(const CallFigures *f, const LineTable *t, const Attrib *a)
     return least;
 }
 
+/* callfigures_bound_by_survivors on the least growth read back (*least:
+ * pending_least's, made here from the folded figures when NULL).  0, or -1
+ * with an exception set. */
+static int
+bound_least(const CallFigures *f, const LineTable *t, const Attrib *a, int64_t **least)
+{
+    if (!callfigures_survivors_known(f, a)) {
+        return 0;
+    }
+    if (*least == NULL) {
+        size_t n = (size_t)f->n_slots;
+        *least = malloc(n * sizeof(int64_t));
+        if (*least == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(*least, f->least_growth, n * sizeof(int64_t));
+    }
+    callfigures_bound_by_survivors(f, t, a, *least);
+    return 0;
+}
+
 /* A line's least growth in one later call (`least`: pending_least's, or
  * NULL for the folded figures alone). */
 static PyObject *
@@ -222,6 +244,9 @@ callfigures_to_tuple(const LineTable *t, const Attrib *a)
         if (last == NULL) {
             goto error;
         }
+    }
+    if (bound_least(f, t, a, &last) < 0) {
+        goto error;
     }
     span(t, first, &lo, &hi);
     for (int line = lo; line <= hi; line++) {

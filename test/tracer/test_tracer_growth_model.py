@@ -1,10 +1,10 @@
 """Property test: a line's growth per call against a reference model.
 
-While blocks are followed, a line's growth in one call is exact: the bytes
-that line made during the call (its profiled callees' included) that are
-still alive when the call after the next begins (for the last two calls:
-when the figures are read).  ``growth_per_call`` is the least of that over the calls after
-the first.  Hypothesis writes programs of a few calls of one function whose
+While blocks are followed through all the calls, a line's growth in one
+call is exact: the bytes that line made during the call (its profiled
+callees' included) that are still alive when the figures are read (a cache
+of the last few results outlives a call or two, then is freed: no growth).
+``growth_per_call`` is the least of that over the calls after the first.  Hypothesis writes programs of a few calls of one function whose
 lines keep blocks, make temporaries, free blocks of earlier calls or call a
 profiled helper that keeps blocks, with frees between the calls too; the
 "deferred" test source pushes each block as the CUDA source does.  The
@@ -106,7 +106,7 @@ def expected_least(run, n_calls):
     for line in range(N_LINES):
         per_call = []
         for c in range(2, n_calls + 1):
-            alive_at = min(c + 2, n_calls + 1)   # the start after next, or the reading
+            alive_at = n_calls + 1               # when read
             per_call.append(sum(n for bid, (call, ln, n) in run.made.items()
                                 if call == c and ln == line
                                 and run.freed_before.get(bid, n_calls + 2) > alive_at))
