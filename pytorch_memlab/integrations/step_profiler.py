@@ -222,10 +222,13 @@ class StepProfiler:
         from ..html_report import write_report
         from ..records.saved import save
         profile = self.profile()
-        for path, write in ((self.save, save), (self.html, write_report)):
-            if path is not None:
-                write(profile, path)
-                print(f"pytorch_memlab: wrote {path}", file=sys.stderr)
+        if self.save is not None:
+            save(profile, self.save)
+            print(f"pytorch_memlab: wrote {self.save}", file=sys.stderr)
+        if self.html is not None:
+            # as printed: the framework's methods without their unrun lines
+            write_report(profile, self.html, hide_unrun=self.framework_tables)
+            print(f"pytorch_memlab: wrote {self.html}", file=sys.stderr)
 
     def _write_ranks_html(self, docs: list[dict[str, Any]]) -> None:
         if self.html is not None:

@@ -31,7 +31,7 @@ from .notebook import COLORS, bar_color
 from .curve_svg import caption, curve_data, curve_svg
 from .legend import UNIT_NOTE, legend_rows
 from .peak_bar import peak_bar
-from .sections import Figure, Table, render_sections, title
+from .sections import Figure, HideArg, Table, render_sections, title
 _ACTIVE, _RESERVED = COLORS[0], COLORS[1]
 
 
@@ -209,7 +209,7 @@ def _legend(profile: Profile) -> str:
             f"<dl>{items}</dl><p>{html.escape(UNIT_NOTE)}</p></details>")
 
 
-def _body(profile: Profile, hide_unrun: bool = False) -> list[str]:
+def _body(profile: Profile, hide_unrun: HideArg = False) -> list[str]:
     return ([f'<p class="meta">{_meta(profile)}</p>', _legend(profile),
              _timeline(profile.timeline)]
             + render_sections(profile, _HtmlStyle(), hide_unrun=hide_unrun))
@@ -229,7 +229,7 @@ class HtmlReport:
     ``hide_unrun``: leave out the lines that never ran."""
 
     def __init__(self, title_text: str = "pytorch_memlab line profile",
-                 hide_unrun: bool = False) -> None:
+                 hide_unrun: HideArg = False) -> None:
         self.title_text = title_text
         self.hide_unrun = hide_unrun
 
@@ -238,9 +238,9 @@ class HtmlReport:
 
 
 def render_report(profile: ProfileArg, title_text: str = "pytorch_memlab line profile",
-                  hide_unrun: bool = False) -> str:
+                  hide_unrun: HideArg = False) -> str:
     """The report as one HTML string; ``hide_unrun``: leave out lines that
-    never ran."""
+    never ran (True: of every function; a set: of the functions so named)."""
     reporter: Reporter[Profile] = HtmlReport(title_text, hide_unrun)
     return reporter.render(_profile(profile))
 

@@ -158,15 +158,16 @@ def lightning_fit(tmp_path_factory):
                         enable_progress_bar=False, enable_model_summary=False,
                         enable_checkpointing=False, default_root_dir=str(tmp_path),
                         callbacks=[MemlabCallback(every_n_steps=EVERY,
-                                                  save=tmp_path / "fit.json")])
+                                                  save=tmp_path / "fit.json",
+                                                  html=tmp_path / "fit.html")])
     monkeypatch = pytest.MonkeyPatch()
     fit = Fit(monkeypatch, lambda: trainer.fit(
         Leaky(), torch.utils.data.DataLoader(data, batch_size=BATCH)))
-    return fit, Leaky, L, load(tmp_path / "fit.json")
+    return fit, Leaky, L, load(tmp_path / "fit.json"), (tmp_path / "fit.html").read_text()
 
 
 def test_lightning_training_step_is_one_call_per_step(lightning_fit):
-    fit, Leaky, _, saved = lightning_fit
+    fit, Leaky, _, saved, _ = lightning_fit
     qualname = Leaky.training_step.__qualname__
     lineno = check_calls(fit, qualname, KEEP)
     assert lineno == line_of(Leaky.training_step, KEEP)
@@ -175,7 +176,7 @@ def test_lightning_training_step_is_one_call_per_step(lightning_fit):
 
 
 def test_lightning_optimizer_step_is_one_call_per_step(lightning_fit):
-    fit, Leaky, L, saved = lightning_fit
+    fit, Leaky, L, saved, html = lightning_fit
     qualname = "LightningModule.optimizer_step"
     code = "optimizer.step(closure=optimizer_closure)"
     check_by_call(saved, qualname, check_calls(fit, qualname, code))
@@ -185,6 +186,9 @@ def test_lightning_optimizer_step_is_one_call_per_step(lightning_fit):
     # the module's own method keeps them
     assert "def training_step(self, batch, batch_idx):" in \
         fit.section("6 training steps", Leaky.training_step.__qualname__)
+    # the callback's HTML report as printed
+    assert code in html and "def optimizer_step(" not in html
+    assert "def training_step(self, batch, batch_idx):" in html
 
 
 # ---- Hugging Face ------------------------------------------------------------------------
