@@ -13,7 +13,8 @@ was alive before the call and in other threads, and each line's
 The largest increase is the line whose held_at_peak grew most, unless what was
 alive before the call grew by at least half of all the parts that grew: then
 the growth is before the call and no line is blamed.  Without a breakdown on
-both sides, the largest increase is the line whose peak figure grew most."""
+both sides, the largest increase is the line whose peak figure grew most.
+A peak that did not grow blames no line."""
 from __future__ import annotations
 
 import os
@@ -82,11 +83,11 @@ class PeakBlame:
         return self.before_call > 0 and 2 * self.before_call >= self.grown
 
     def largest(self) -> Optional[LineRecord]:
-        """The new line whose held_at_peak grew most, unless the growth is
-        before the call or no line grew."""
+        """The new line whose held_at_peak grew most, unless the peak did not
+        grow, the growth is before the call or no line grew."""
         grown = [(change, line.new) for line, change in self.lines
                  if change > 0 and line.new is not None]
-        if self.before or not grown:
+        if self.total <= 0 or self.before or not grown:
             return None
         return max(grown, key=lambda pair: pair[0])[1]
 
@@ -248,7 +249,7 @@ def _function_diff(old: FunctionRecord, new: FunctionRecord,
     diff.no_blame += f"the line marked is the one whose {column} grew most"
     grown = [(line.change(column) or 0, line) for line in lines if line.new is not None]
     best = max(grown, key=lambda pair: pair[0], default=None)
-    if best is not None and best[0] > 0:
+    if best is not None and best[0] > 0 and diff.peak_change > 0:
         diff.peak_line = best[1].new.lineno  # type: ignore[union-attr]
     return diff
 

@@ -88,6 +88,35 @@ def test_a_new_line_counts_what_it_holds_at_the_peak(sized):
     assert text.rstrip().endswith("(+1.25M, +15.6%), line 7")
 
 
+SHRANK = """\
+import torch
+
+A, N = {a}, {n}
+
+def train_step():
+    a = torch.empty(A)
+    b = torch.empty(N)
+    return a.sum() + b.sum()
+
+train_step()
+"""
+
+
+def test_a_peak_that_shrank_blames_no_line(tmp_path):
+    """a's line holds 256 bytes more, b's 1 MiB less: the peak shrank, and no
+    line is marked as its largest increase."""
+    old = saved_profile(tmp_path, "old", SHRANK.format(a="1 << 20", n="5 << 18"))
+    new = saved_profile(tmp_path, "new", SHRANK.format(a="(1 << 20) + 64", n="1 << 20"))
+    (fd,) = pytorch_memlab.diff(old, new).functions
+    changes = {diff.code.strip(): change for diff, change in fd.blame.lines}
+    assert (changes["a = torch.empty(A)"], changes["b = torch.empty(N)"]) == (256, -MiB)
+    assert fd.blame.total == fd.peak_change == 256 - MiB
+    assert fd.peak_line is None
+    text = cli(old, new).stdout
+    assert "<-- largest increase" not in text
+    assert text.rstrip().endswith("(-1023.75K, -11.1%)"), text[-300:]
+
+
 def test_without_a_breakdown_the_peak_column_decides_and_says_so(sized, tmp_path):
     """OLD as a file older than schema version 4 (no held_at_peak, no peak)."""
     old, new = sized
