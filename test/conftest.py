@@ -1,6 +1,7 @@
 """Shared fixtures.  The whole suite runs once per tracer mechanism, chosen by
 PYTORCH_MEMLAB_TRACER (see .ci/run); capability flags decide skips."""
 import importlib.util
+import signal
 import sys
 
 import pytest
@@ -10,6 +11,14 @@ from helpers import TEST_DIRS
 # The test modules import helpers and each other across test/'s folders by part
 # (under xdist too: each worker loads this file).
 sys.path[:0] = [path for path in TEST_DIRS if path not in sys.path]
+
+# A suite started in the background by a non-interactive shell (nohup ... &)
+# inherits SIGINT ignored, and so would every program the tests start: Python
+# then never raises KeyboardInterrupt, and the Ctrl-C tests see no Ctrl-C.
+# Programs run from a terminal get it: give them the same (handlers reset to
+# the default across exec, an ignored signal stays ignored).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
