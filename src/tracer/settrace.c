@@ -168,8 +168,25 @@ generator_point(PyFrameObject *frame, PyCodeObject *code, int what, PyObject *ar
 #  define RESUME_MAY_BE_THROWN 1
 #endif
 
+/* The enabled tracer after `t` that registers `code` (its table in *table),
+ * the reference to `t` passed to it; NULL after the last. */
+static TracerObject *
+next_wanting(TracerObject *t, PyObject *code, LineTable **table)
+{
+    do {
+        TracerObject *next = t->next_enabled;
+        Py_XINCREF(next);
+        Py_DECREF(t);
+        t = next;
+    } while (t != NULL && (*table = codemap_get(&t->codes, code)) == NULL);
+    return t;
+}
+
+/* `t`: the first enabled tracer that registers `code`, with its `table`
+ * (looked up once by trace_ours); later tracers are looked up here. */
 static void
-dispatch(PyFrameObject *frame, PyObject *code, int what, PyObject *arg)
+dispatch(PyFrameObject *frame, PyObject *code, int what, PyObject *arg,
+         TracerObject *t, LineTable *table)
 {
     gen_point point = what == PyTrace_LINE
                       ? GEN_NONE : generator_point(frame, (PyCodeObject *)code, what, arg);
@@ -180,13 +197,8 @@ dispatch(PyFrameObject *frame, PyObject *code, int what, PyObject *arg)
     }
     /* Strong references while a Python source's sample() may run code that
      * drops a tracer (this one or the next). */
-    TracerObject *t = memlab_enabled_tracers, *next;
-    Py_XINCREF(t);
-    for (; t != NULL; next = t->next_enabled, Py_XINCREF(next), Py_DECREF(t), t = next) {
-        LineTable *table = codemap_get(&t->codes, code);
-        if (table == NULL) {
-            continue;
-        }
+    Py_INCREF(t);
+    while (t != NULL) {
         switch (what) {
         case PyTrace_CALL:
             /* A resumed generator continues the line that yielded (counted
@@ -210,6 +222,7 @@ dispatch(PyFrameObject *frame, PyObject *code, int what, PyObject *arg)
             tracer_on_leave(t, table, point == GEN_YIELD ? gen : NULL);
             break;
         }
+        t = next_wanting(t, code, &table);
     }
     Py_XDECREF(gen);
 }
@@ -222,9 +235,17 @@ trace_ours(PyFrameObject *frame, int what, PyObject *arg, int alone)
         return 0;
     }
     PyObject *code = (PyObject *)PyFrame_GetCode(frame);
-    int wanted = memlab_code_wanted(code);
+    TracerObject *t;
+    LineTable *table = NULL;
+    for (t = memlab_enabled_tracers; t != NULL; t = t->next_enabled) {
+        table = codemap_get(&t->codes, code);
+        if (table != NULL) {
+            break;
+        }
+    }
+    int wanted = table != NULL;
     if (wanted) {
-        dispatch(frame, code, what, arg);
+        dispatch(frame, code, what, arg, t, table);
     }
     else if (what == PyTrace_CALL && alone) {
         /* No line events for frames nobody profiles (unless the other
