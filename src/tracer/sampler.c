@@ -151,6 +151,10 @@ error:
     return ret;
 }
 
+static int push_take(Sampler *s, uint64_t thread, int64_t *interval);
+static int poll_all(Sampler *s, uint64_t thread, int64_t *interval);
+static int take_quietly(Sampler *s, uint64_t thread, int64_t *interval);
+
 static int
 reader_idle(const void *record)
 {
@@ -192,6 +196,11 @@ sampler_init(Sampler *s, PyObject *source, int device, PyObject *columns,
         if (s->growth_field < 0) {
             return -1;
         }
+    }
+    s->take = s->source.push ? push_take : poll_all;
+    if (s->source.ops->runs_python) {
+        s->take_quietly = s->take;
+        s->take = take_quietly;
     }
     threadtable_init(&s->readers,
                      sizeof(SamplerReader) + sizeof(int64_t) * (size_t)s->n_columns,
@@ -469,6 +478,29 @@ push_take(Sampler *s, uint64_t thread, int64_t *interval)
     return 0;
 }
 
+/* A polled source: every thread's reading is the device's.  SAMPLER_POLLED,
+ * or -1. */
+static int
+poll_all(Sampler *s, uint64_t thread, int64_t *interval)
+{
+    if (sampler_poll(s) < 0) {
+        return -1;
+    }
+    memcpy(interval, s->polled, sizeof(int64_t) * (size_t)s->n_columns);
+    return SAMPLER_POLLED;
+}
+
+/* A Python source's reading: the exception in flight set aside around it. */
+static int
+take_quietly(Sampler *s, uint64_t thread, int64_t *interval)
+{
+    memlab_saved_exc saved = {0};
+    quiet_begin(s, &saved);
+    int rc = s->take_quietly(s, thread, interval);
+    quiet_end(s, &saved);
+    return rc;
+}
+
 /* ---- control -------------------------------------------------------------- */
 
 void
@@ -533,28 +565,6 @@ sampler_start(Sampler *s)
     return 0;
 }
 
-int
-sampler_take(Sampler *s, uint64_t thread, int64_t *interval, int64_t *level)
-{
-    memlab_saved_exc saved = {0};   /* set only for a Python source */
-    int rc;
-    quiet_begin(s, &saved);
-    if (s->source.push) {
-        rc = push_take(s, thread, interval);
-    }
-    else {
-        rc = sampler_poll(s);
-        if (rc == 0) {
-            memcpy(interval, s->polled, sizeof(int64_t) * (size_t)s->n_columns);
-            rc = SAMPLER_POLLED;
-        }
-    }
-    quiet_end(s, &saved);
-    if (rc >= 0) {
-        *level = s->growth_field >= 0 ? s->reading[s->growth_field] : 0;
-    }
-    return rc;
-}
 
 int
 sampler_polls(const Sampler *s, uint64_t thread)
