@@ -75,6 +75,9 @@ void sampler_dealloc(Sampler *s);
 PyObject *sampler_columns(const Sampler *s);
 PyObject *sampler_growth_name(const Sampler *s);
 
+/* sampler_init's choice of s->take by the source's kind (sampler_read.c). */
+void sampler_choose_take(Sampler *s);
+
 /* Control path: prepare the device, take a first reading, reset peaks. */
 int sampler_start(Sampler *s);
 
