@@ -110,6 +110,8 @@ void counted_delete(void *ptr) {
     deleter(ptr);
 }
 
+namespace {
+
 // Records `ptr` as live.  Called before the block leaves the base's
 // DataPtr, so an exception here still frees it.
 void remember(CpuState *state, void *ptr, std::size_t size,
@@ -137,6 +139,8 @@ void remember(CpuState *state, void *ptr, std::size_t size,
     state->raise_readers(b, n);
     tell(ptr, size, 1);
 }
+
+}  // namespace
 
 // The wrapper registered with c10::SetCPUAllocator.
 class CountingAllocator final : public c10::Allocator {

@@ -14,6 +14,14 @@
 #include <cstdint>
 #include <mutex>
 
+// Shared between this library's files only: hidden, so that calls between
+// them need no PLT and the allocation path's own calls can be inlined.
+#if defined(__GNUC__)
+#  define MEMLAB_CPU_INTERNAL __attribute__((visibility("hidden")))
+#else
+#  define MEMLAB_CPU_INTERNAL
+#endif
+
 namespace memlab {
 namespace cpu {
 
@@ -89,16 +97,16 @@ struct CpuState {
 };
 
 // The state, published once the wrapper is installed; never freed.
-extern std::atomic<CpuState *> g_state;
+MEMLAB_CPU_INTERNAL extern std::atomic<CpuState *> g_state;
 
 // The counting wrapper's pieces install() and seeding need (cpu_source.cpp).
-void tell(void *ptr, std::size_t size, int alloc) noexcept;
-void counted_delete(void *ptr);
-c10::Allocator *new_counting_allocator();
+MEMLAB_CPU_INTERNAL void tell(void *ptr, std::size_t size, int alloc) noexcept;
+MEMLAB_CPU_INTERNAL void counted_delete(void *ptr);
+MEMLAB_CPU_INTERNAL c10::Allocator *new_counting_allocator();
 
 // Installs the wrapper once; later calls check it is still the allocator
 // (cpu_install.cpp).
-int install(char *err, int err_len);
+MEMLAB_CPU_INTERNAL int install(char *err, int err_len);
 
 }  // namespace cpu
 }  // namespace memlab
