@@ -43,6 +43,9 @@ What is measured (on CUDA when available, else on CPU with device='cpu'):
                   that bound (a cost per event would pass it at 10,000,002
                   events from 0.64 B each); the largest size again with
                   curve=None shows the part that is the curve's.
+  features        bench_features.py: what each feature (held at peak, the
+                  curve, the source's read) adds per line event on the hot
+                  loop, each a pair of Tracers that differ in that one thing.
 
   python bench/bench_torch.py           # full run (about a minute or two)
   python bench/bench_torch.py --quick   # smoke run
@@ -66,6 +69,7 @@ import tracemalloc
 import torch
 
 import bench_cli  # noqa: E402  (bench/ is on sys.path when run as a script)
+import bench_features  # noqa: E402
 import bench_nested  # noqa: E402
 import timing  # noqa: E402
 from timing import hot, pairs  # noqa: E402
@@ -571,6 +575,7 @@ def main():
     sys.settrace(None)
     threading.settrace(None)
     res["nested"] = section("nested", bench_nested.nested, env.dev, args.quick)
+    res["features"] = section("features", bench_features.features, env.dev, args.quick)
 
     print(table(env, res, old_why))
     floor_us = res["per_line"]["floor"]["per_line_us"]
@@ -583,6 +588,7 @@ def main():
             print(f"  {label:<48} {us:>9.3f} us/event  {ratio}")
     for r in bench_nested.rows(res["nested"]):
         print(f"  {r[0]:<48} {r[1]:>9} us/event  {r[2]}")
+    print("\n".join(bench_features.lines(res["features"])))
     pl, un, tr, mem = res["per_line"], res["unrelated"], res["train"], res["memory"]
     summary = {
         "bench": "torch", "device": env.dev, "torch": torch.__version__,
@@ -607,6 +613,7 @@ def main():
         "train_step_ms": round(tr["step_ms"], 3), "targets": TARGETS,
         "nested_us_per_event": {k: round(v, 4) if isinstance(v, float) else v
                                 for k, v in res["nested"].items()},
+        "features_ns_per_event": {k: round(v, 1) for k, v in res["features"].items()},
         "hot_loop_us_per_event": {k: round(res["per_line"][k]["per_line_us"], 4)
                                   for k in ("ours", "cpu_source", "floor")
                                   if k in res["per_line"]},

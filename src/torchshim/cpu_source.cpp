@@ -25,9 +25,8 @@
 // open reader, and counts into the allocating thread's own thread_local
 // allocated/freed totals.  A read rearms only its reader's register, so the
 // global peaks that sample() reports are never reset by profiling.
-#include "address_table.h"
 #include "compat.h"
-#include "shim.h"
+#include "cpu_state.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -44,48 +43,12 @@
 #include <mutex>
 #include <thread>
 
+namespace memlab {
+namespace cpu {
+
+std::atomic<CpuState *> g_state{nullptr};
+
 namespace {
-
-using memlab::raise_to;
-using memlab::take_peak;
-
-// Running totals of one quantity (bytes or blocks).  Atomics, so sample()
-// and reset_peaks() never wait on the allocation path.
-struct Counter {
-    std::atomic<int64_t> current{0};
-    std::atomic<int64_t> peak{0};
-    std::atomic<int64_t> allocated{0};
-    std::atomic<int64_t> freed{0};
-
-    // Returns the level this allocation reached.
-    int64_t increase(int64_t n) noexcept;
-
-    void decrease(int64_t n) noexcept {
-        current.fetch_sub(n, std::memory_order_relaxed);
-        freed.fetch_add(n, std::memory_order_relaxed);
-    }
-
-    void reset_peak() noexcept {
-        peak.store(current.load(std::memory_order_relaxed),
-                   std::memory_order_relaxed);
-    }
-};
-
-// One reader's peak register per quantity.  kMaxReaders bounds the work an
-// allocation does; a reader that finds none free falls back to polling.
-constexpr int kMaxReaders = 64;
-
-struct Register {
-    std::atomic<int64_t> bytes{0};
-    std::atomic<int64_t> blocks{0};
-};
-
-int64_t Counter::increase(int64_t n) noexcept {
-    const int64_t now = current.fetch_add(n, std::memory_order_relaxed) + n;
-    allocated.fetch_add(n, std::memory_order_relaxed);
-    raise_to(peak, now);
-    return now;
-}
 
 // What the calling thread itself allocated and freed through the wrapper.
 // Only its own thread writes or reads it (read() runs on the reader's
@@ -99,40 +62,7 @@ struct ThreadTotals {
 
 thread_local ThreadTotals t_totals;
 
-// One live block handed out by the wrapper.
-struct Block {
-    std::size_t size;
-    c10::DeleterFnPtr deleter;  // the base's deleter for this block
-};
-
-// Everything the wrapper needs.  Heap-allocated at install and never freed:
-// tensors can be released during interpreter or static teardown and their
-// deleter must still find this.
-struct CpuState {
-    c10::Allocator *base;           // Borrowed: c10's registry never frees it.
-    c10::DeleterFnPtr base_delete;  // base->raw_deleter() at install time.
-    std::mutex mutex;               // guards `live`
-    memlab::AddressTable<Block> live;
-    Counter bytes;
-    Counter blocks;
-    // Readers: bit i of `open` set means registers[i] is in use.  The
-    // allocation path only walks set bits.
-    std::atomic<uint64_t> open{0};
-    Register registers[kMaxReaders];
-    std::atomic<bool> seeded{false};  // cpu_seed() ran (it runs once)
-
-    void raise_readers(int64_t b, int64_t n) noexcept {
-        uint64_t bits = open.load(std::memory_order_acquire);
-        while (bits != 0) {
-            const int i = __builtin_ctzll(bits);
-            bits &= bits - 1;
-            raise_to(registers[i].bytes, b);
-            raise_to(registers[i].blocks, n);
-        }
-    }
-};
-
-std::atomic<CpuState *> g_state{nullptr};
+}  // namespace
 
 // The tracer's per-allocation listener (source.h's listen), or null, and
 // the device indices it listens on (bit i: device i).  CPU memory is one
@@ -182,6 +112,8 @@ void counted_delete(void *ptr) {
     deleter(ptr);
 }
 
+namespace {
+
 // Tests only (pause_next_cpu_block): the next block counted waits this long
 // between its count and its push, and `g_paused` says it is waiting; a
 // listener starting meanwhile on another thread must read a level that holds
@@ -228,6 +160,8 @@ void remember(CpuState *state, void *ptr, std::size_t size,
     tell(ptr, size, 1);
 }
 
+}  // namespace
+
 // The wrapper registered with c10::SetCPUAllocator.
 class CountingAllocator final : public c10::Allocator {
   public:
@@ -262,133 +196,15 @@ class CountingAllocator final : public c10::Allocator {
 #endif
 };
 
-// A fork while another thread holds the table's mutex would leave the
-// child's copy locked forever (DataLoader workers fork): hold it across
-// fork(), like glibc does for malloc.  Remember which state was locked, in
-// case a failed install clears g_state meanwhile.
-CpuState *g_fork_locked = nullptr;
+c10::Allocator *new_counting_allocator() { return new CountingAllocator(); }
 
-void lock_for_fork() {
-    CpuState *state = g_state.load(std::memory_order_acquire);
-    if (state != nullptr)
-        state->mutex.lock();
-    g_fork_locked = state;
-}
+}  // namespace cpu
+}  // namespace memlab
 
-void unlock_after_fork() {
-    if (g_fork_locked != nullptr)
-        g_fork_locked->mutex.unlock();
-    g_fork_locked = nullptr;
-}
+namespace {
 
-// Serialises prepare() calls; never taken on the allocation path.
-std::mutex g_install_mutex;
-CountingAllocator *g_wrapper = nullptr;  // Borrowed: c10 owns it once registered.
-
-// Installs the wrapper once; later calls check it is still the allocator.
-int install(char *err, int err_len) {
-    std::lock_guard<std::mutex> lock(g_install_mutex);
-    if (g_wrapper != nullptr) {
-        if (c10::GetCPUAllocator() == g_wrapper)
-            return 0;
-        memlab::copy_error(err, err_len,
-                           "the CPU allocator was replaced after pytorch_memlab "
-                           "installed its counting wrapper; CPU memory can no "
-                           "longer be counted");
-        return -1;
-    }
-
-    c10::Allocator *base = c10::GetCPUAllocator();
-    if (base == nullptr) {
-        memlab::copy_error(err, err_len, "torch has no CPU allocator registered");
-        return -1;
-    }
-    c10::DeleterFnPtr base_delete = base->raw_deleter();
-    if (base_delete == nullptr) {
-        memlab::copy_error(err, err_len,
-                           "the current CPU allocator has no raw deleter, so it "
-                           "cannot be wrapped safely; CPU profiling is unavailable");
-        return -1;
-    }
-    {
-        // Wrapping is only transparent if the base hands out simple blocks.
-        c10::DataPtr probe = base->allocate(64);
-        if (probe.get() == nullptr || probe.get_context() != probe.get()) {
-            memlab::copy_error(err, err_len,
-                               "the current CPU allocator returns blocks whose "
-                               "context is not the data pointer; wrapping it "
-                               "would break oneDNN, so CPU profiling is unavailable");
-            return -1;
-        }
-    }
-
-    // The state must exist before the wrapper can be reached by any thread.
-    auto *state = new CpuState();
-    state->base = base;
-    state->base_delete = base_delete;
-    g_state.store(state, std::memory_order_release);
-    static bool fork_hooked = false;
-    if (!fork_hooked)
-        fork_hooked = pthread_atfork(lock_for_fork, unlock_after_fork,
-                                     unlock_after_fork) == 0;
-
-    auto *wrapper = new CountingAllocator();
-    // Priority 1 beats c10's default (0); a tie with an earlier priority-1
-    // allocator also wins, and that allocator becomes our base.
-    c10::SetCPUAllocator(wrapper, /*priority=*/1);
-    if (c10::GetCPUAllocator() != wrapper) {
-        // Refused: the wrapper was never reachable, so nothing refers to it
-        // or to `state`.  Both are leaked (a few bytes per failed call).
-        g_state.store(nullptr, std::memory_order_release);
-        memlab::copy_error(err, err_len,
-                           "another CPU allocator is registered with a higher "
-                           "priority; CPU memory cannot be counted");
-        return -1;
-    }
-    g_wrapper = wrapper;  // c10 owns it now and never frees it
-    return 0;
-}
-
-// Counts one storage made by the base allocator before the wrapper existed:
-// its block joins the side table and its DataPtr gets counted_delete, which
-// finds the base's deleter there.  The caller holds a reference to it, so
-// it cannot be freed meanwhile.  Returns the bytes counted, 0 if skipped.
-int64_t seed_one(CpuState *state, c10::StorageImpl *impl) {
-    if (impl->device_type() != c10::DeviceType::CPU)
-        return 0;
-    // The const accessor skips copy-on-write materialisation; the DataPtr
-    // itself is not const, and only its deleter changes.
-    auto &data = const_cast<c10::DataPtr &>(impl->data_ptr());
-    void *ptr = data.get();
-    // Only blocks the wrapper would have counted: the base's own simple
-    // blocks (not pinned, shared, mapped, copy-on-write or foreign memory).
-    if (ptr == nullptr || data.get_context() != ptr ||
-        data.get_deleter() != state->base_delete)
-        return 0;
-    const std::size_t size = impl->nbytes();
-    {
-        std::lock_guard<std::mutex> lock(state->mutex);
-        if (!state->live.try_emplace(ptr, Block{size, state->base_delete}).second)
-            return 0;
-    }
-    if (!data.compare_exchange_deleter(state->base_delete, &counted_delete)) {
-        std::lock_guard<std::mutex> lock(state->mutex);
-        (void)state->live.take(ptr, nullptr);
-        return 0;
-    }
-    // A later resize_ allocates through the storage's own allocator.
-    if (impl->allocator() == state->base && g_wrapper != nullptr)
-        impl->set_allocator(g_wrapper);
-    std::lock_guard<std::mutex> lock(state->mutex);
-    const int64_t b = state->bytes.current.fetch_add(static_cast<int64_t>(size)) +
-                      static_cast<int64_t>(size);
-    const int64_t n = state->blocks.current.fetch_add(1) + 1;
-    raise_to(state->bytes.peak, b);
-    raise_to(state->blocks.peak, n);
-    state->raise_readers(b, n);
-    tell(ptr, size, 1);
-    return static_cast<int64_t>(size);
-}
+using namespace memlab::cpu;
+using memlab::take_peak;
 
 // ---------------------------------------------------------------------------
 // The three entry points of the contract.  The device index is ignored: there
@@ -533,39 +349,6 @@ const memlab_source kCpuSource = {
 namespace memlab {
 
 const memlab_source *cpu_source() { return &kCpuSource; }
-
-}  // namespace memlab
-
-namespace memlab {
-
-int cpu_seed(const std::uintptr_t *storages, std::size_t n, int64_t *seeded,
-             int64_t *bytes) noexcept {
-    *seeded = 0;
-    *bytes = 0;
-    CpuState *state = g_state.load(std::memory_order_acquire);
-    if (state == nullptr)
-        return -1;
-    if (state->seeded.exchange(true))
-        return 1;
-    for (std::size_t i = 0; i < n; ++i) {
-        try {
-            const int64_t size = seed_one(state, reinterpret_cast<c10::StorageImpl *>(storages[i]));
-            if (size > 0) {
-                *seeded += 1;
-                *bytes += size;
-            }
-        } catch (...) {
-            // a storage whose data or size cannot be read (symbolic sizes,
-            // guarded data pointers) is left uncounted
-        }
-    }
-    return 0;
-}
-
-bool cpu_seeded() noexcept {
-    const CpuState *state = g_state.load(std::memory_order_acquire);
-    return state != nullptr && state->seeded.load();
-}
 
 }  // namespace memlab
 

@@ -4,9 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The two globals every event reads stay plain (tracer.h); what only this
+ * file changes is its runtime. */
 TracerObject *memlab_enabled_tracers = NULL;
 memlab_mechanism_kind memlab_mechanism = MECH_SETTRACE;
-static int mechanism_chosen;
+
+static struct {
+    int mechanism_chosen;          /* PYTORCH_MEMLAB_TRACER read, at the first exec */
+} runtime;
 
 int settrace_init(PyObject *module);
 int settrace_enable(TracerObject *t);
@@ -47,14 +52,14 @@ choose_mechanism(void)
         return -1;
     }
 #endif
-    mechanism_chosen = 1;
+    runtime.mechanism_chosen = 1;
     return 0;
 }
 
 int
 hooks_init(PyObject *module)
 {
-    if (!mechanism_chosen && choose_mechanism() < 0) {
+    if (!runtime.mechanism_chosen && choose_mechanism() < 0) {
         return -1;
     }
 #if MEMLAB_HAVE_MONITORING

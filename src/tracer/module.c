@@ -1,6 +1,7 @@
 /* pytorch_memlab._tracer: module init only. */
 #include "tracer.h"
 #include "instances.h"
+#include "module_state.h"
 #include "profiledcall.h"
 
 static PyObject *
@@ -120,17 +121,42 @@ static PyModuleDef_Slot module_slots[] = {
     {0, NULL},
 };
 
-static struct PyModuleDef tracer_module = {
+static int
+module_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    TracerModuleState *state = memlab_module_state(module);
+    Py_VISIT(state->callback_type);
+    return 0;
+}
+
+static int
+module_clear(PyObject *module)
+{
+    TracerModuleState *state = memlab_module_state(module);
+    Py_CLEAR(state->callback_type);
+    return 0;
+}
+
+static void
+module_free(void *module)
+{
+    module_clear((PyObject *)module);
+}
+
+struct PyModuleDef memlab_tracer_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "pytorch_memlab._tracer",
     .m_doc = "Per-line memory tracer (C core; knows nothing about torch).",
-    .m_size = 0,
+    .m_size = sizeof(TracerModuleState),
     .m_methods = module_methods,
     .m_slots = module_slots,
+    .m_traverse = module_traverse,
+    .m_clear = module_clear,
+    .m_free = module_free,
 };
 
 PyMODINIT_FUNC
 PyInit__tracer(void)
 {
-    return PyModuleDef_Init(&tracer_module);
+    return PyModuleDef_Init(&memlab_tracer_module);
 }

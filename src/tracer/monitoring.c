@@ -1,27 +1,10 @@
 /* The sys.monitoring hook (3.12+): local events on registered code objects
- * only, so unrelated code runs uninstrumented on every thread. */
-#include "tracer.h"
+ * only, so unrelated code runs uninstrumented on every thread.  Here the
+ * tool id and the instrumented codes; the callbacks are monitoring_events.c's. */
+#include "monitoring_internal.h"
+#include "module_state.h"
 
 #if MEMLAB_HAVE_MONITORING
-
-/* What an event does to the tracer. */
-typedef enum { ACT_LINE, ACT_START, ACT_RESUME, ACT_THROW, ACT_YIELD, ACT_LEAVE } event_action;
-
-/* Registration is driven by this table, and so is teardown. */
-static const struct {
-    const char *name;
-    event_action action;
-    int local;          /* 1: set per code object; 0: global, filtered by code */
-} monitor_events[] = {
-    {"LINE", ACT_LINE, 1},
-    {"PY_START", ACT_START, 1},
-    {"PY_RESUME", ACT_RESUME, 1},
-    {"PY_RETURN", ACT_LEAVE, 1},
-    {"PY_YIELD", ACT_YIELD, 1},
-    {"PY_UNWIND", ACT_LEAVE, 0},   /* global-only in 3.12/3.13 */
-    {"PY_THROW", ACT_THROW, 0},    /* global-only in 3.12/3.13 */
-};
-#define N_EVENTS ((int)(sizeof(monitor_events) / sizeof(monitor_events[0])))
 
 /* CPython reserves 0, 1, 2 and 5 (debugger, coverage, profiler, optimizer):
  * cProfile, line_profiler and coverage's sysmon core claim theirs and fail
@@ -36,150 +19,25 @@ static const int our_tool_ids[] = {3, 4};
  *
  * One tool id serves every enabled tracer, the way one settrace hook does:
  * ids are few and other tools want them too. */
-static int shared_tool_id = -1;
-/* Owned. {id(code): code} of the codes with local events on.  Keyed by
- * identity: code objects compiled from the same source in two files compare
- * equal, and each needs its own events. */
-static PyObject *instrumented;
+static struct {
+    int tool_id;                   /* ours while a tracer is enabled, else -1 */
+    /* Owned. {id(code): code} of the codes with local events on.  Keyed by
+     * identity: code objects compiled from the same source in two files
+     * compare equal, and each needs its own events. */
+    PyObject *instrumented;
+} runtime = {-1, NULL};
 
-/* A callable registered with sys.monitoring for one event. */
-typedef struct {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-    event_action action;
-} CallbackObject;
-
-static PyTypeObject *callback_type;   /* Owned, for good (it holds the first module). */
-
-/* The generator whose frame gives the event (a new reference), or NULL:
- * a callback runs in the monitored frame, so it is the current one. */
-static PyObject *
-current_generator(void)
+/* The callbacks' type, in the state of the module that made t's type; NULL
+ * with an exception set when that module was cleared. */
+static PyTypeObject *
+callback_type_of(TracerObject *t)
 {
-    PyFrameObject *frame = PyEval_GetFrame();    /* Borrowed */
-    PyObject *gen = frame != NULL ? memlab_frame_generator(frame) : NULL;
-    if (gen == NULL) {
-        PyErr_Clear();
+    PyObject *module = PyType_GetModuleByDef(Py_TYPE(t), &memlab_tracer_module);
+    PyTypeObject *type = module != NULL ? memlab_module_state(module)->callback_type : NULL;
+    if (module != NULL && type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "pytorch_memlab._tracer was cleared");
     }
-    return gen;
-}
-
-/* `*gen`: the event's generator, looked up at the first event that needs it. */
-static void
-dispatch(TracerObject *t, LineTable *table, event_action action, PyObject *code,
-         PyObject *where, PyObject **gen, int *gen_known)
-{
-    if ((action == ACT_RESUME || action == ACT_THROW || action == ACT_YIELD)
-            && !*gen_known) {
-        *gen = current_generator();
-        *gen_known = 1;
-    }
-    switch (action) {
-    case ACT_LINE: {
-        int line = (int)PyLong_AsLong(where);
-        if (line == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            return;
-        }
-        tracer_on_line(t, table, line);
-        break;
-    }
-    case ACT_START:
-        tracer_on_start(t, table, -1);
-        break;
-    case ACT_RESUME:
-    case ACT_THROW: {
-        /* A resume continues the line that yielded: no LINE event comes. */
-        int offset = (int)PyLong_AsLong(where);
-        int line = offset < 0 ? -1 : PyCode_Addr2Line((PyCodeObject *)code, offset);
-        if (PyErr_Occurred()) {
-            PyErr_Clear();
-            line = -1;
-        }
-        tracer_on_resume(t, table, line, *gen, action == ACT_THROW);
-        break;
-    }
-    case ACT_YIELD:
-        tracer_on_leave(t, table, *gen);
-        break;
-    case ACT_LEAVE:
-        tracer_on_leave(t, table, NULL);
-        break;
-    }
-}
-
-static PyObject *
-callback_call(CallbackObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-{
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs < 2 || !PyCode_Check(args[0])) {
-        Py_RETURN_NONE;
-    }
-    /* CPython holds no reference to a callback while it calls it, and a
-     * Python source's sample() may tear the hook down (the last disable()
-     * unregisters, and so frees, every callback) and set it up again: keep
-     * this one alive until we return.  Strong references to the tracers too,
-     * as sample() may drop a tracer (this one or the next). */
-    Py_INCREF(self);
-    const event_action action = self->action;
-    PyObject *gen = NULL;
-    int gen_known = 0;
-    TracerObject *t = memlab_enabled_tracers;
-    Py_XINCREF(t);
-    while (t != NULL) {
-        LineTable *table = codemap_get(&t->codes, args[0]);
-        if (table != NULL) {
-            dispatch(t, table, action, args[0], args[1], &gen, &gen_known);
-        }
-        TracerObject *next = t->next_enabled;
-        Py_XINCREF(next);
-        Py_DECREF(t);
-        t = next;
-    }
-    Py_XDECREF(gen);
-    Py_DECREF(self);
-    Py_RETURN_NONE;
-}
-
-static void
-callback_dealloc(CallbackObject *self)
-{
-    PyTypeObject *type = Py_TYPE(self);
-    type->tp_free(self);
-    Py_DECREF(type);
-}
-
-static PyMemberDef callback_members[] = {
-    {"__vectorcalloffset__", T_PYSSIZET, offsetof(CallbackObject, vectorcall), READONLY, NULL},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyType_Slot callback_slots[] = {
-    {Py_tp_doc, "A sys.monitoring callback of pytorch_memlab's tracers."},
-    {Py_tp_call, PyVectorcall_Call},
-    {Py_tp_dealloc, callback_dealloc},
-    {Py_tp_members, callback_members},
-    {0, NULL},
-};
-
-static PyType_Spec callback_spec = {
-    .name = "pytorch_memlab._tracer.MonitoringCallback",
-    .basicsize = sizeof(CallbackObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL
-             | Py_TPFLAGS_DISALLOW_INSTANTIATION,
-    .slots = callback_slots,
-};
-
-static PyObject *
-new_callback(event_action action)
-{
-    CallbackObject *cb = PyObject_New(CallbackObject, callback_type);
-    if (cb == NULL) {
-        return NULL;
-    }
-    cb->vectorcall = (vectorcallfunc)callback_call;
-    cb->action = action;
-    return (PyObject *)cb;
+    return type;
 }
 
 /* ---- talking to sys.monitoring ----------------------------------------- */
@@ -277,13 +135,13 @@ claim_tool_id(PyObject *mon)
 static int
 set_local(PyObject *mon, PyObject *code, long bits)
 {
-    PyObject *r = PyObject_CallMethod(mon, "set_local_events", "iOl", shared_tool_id,
+    PyObject *r = PyObject_CallMethod(mon, "set_local_events", "iOl", runtime.tool_id,
                                       code, bits);
     Py_XDECREF(r);
     return r ? 0 : -1;
 }
 
-/* The key of `code` in `instrumented`: its address (a new reference). */
+/* The key of `code` in `runtime.instrumented`: its address (a new reference). */
 static PyObject *
 code_key(PyObject *code)
 {
@@ -291,7 +149,7 @@ code_key(PyObject *code)
 }
 
 /* Local events for `code` on (on = 1) unless they already are, or off
- * (on = 0) if they are on; `instrumented` says which codes have them. */
+ * (on = 0) if they are on; `runtime.instrumented` says which codes have them. */
 static int
 set_instrumented(PyObject *mon, PyObject *code, int on)
 {
@@ -301,7 +159,7 @@ set_instrumented(PyObject *mon, PyObject *code, int on)
     if (key == NULL) {
         return -1;
     }
-    int present = PyDict_Contains(instrumented, key);
+    int present = PyDict_Contains(runtime.instrumented, key);
     if (present < 0) {
         goto error;
     }
@@ -312,8 +170,8 @@ set_instrumented(PyObject *mon, PyObject *code, int on)
         if (set_local(mon, code, local_bits) < 0) {
             goto error;
         }
-        if ((on ? PyDict_SetItem(instrumented, key, code)
-                : PyDict_DelItem(instrumented, key)) < 0) {
+        if ((on ? PyDict_SetItem(runtime.instrumented, key, code)
+                : PyDict_DelItem(runtime.instrumented, key)) < 0) {
             goto error;
         }
     }
@@ -329,10 +187,10 @@ static int
 teardown(PyObject *mon)
 {
     int ret = 0;
-    int id = shared_tool_id;
+    int id = runtime.tool_id;
     memlab_saved_exc first = {0};
     PyObject *r;
-    PyObject *codes = PyDict_Values(instrumented);
+    PyObject *codes = PyDict_Values(runtime.instrumented);
 #define STEP(call)                                             \
     r = (call);                                                \
     if (r == NULL) {                                           \
@@ -350,7 +208,7 @@ teardown(PyObject *mon)
                                  PyList_GET_ITEM(codes, i), 0))
     }
     Py_XDECREF(codes);
-    PyDict_Clear(instrumented);
+    PyDict_Clear(runtime.instrumented);
     for (int i = 0; i < N_EVENTS; i++) {
         long bit = event_bit(mon, i);
         if (bit < 0) {
@@ -361,7 +219,7 @@ teardown(PyObject *mon)
     }
     STEP(PyObject_CallMethod(mon, "free_tool_id", "i", id))
 #undef STEP
-    shared_tool_id = -1;
+    runtime.tool_id = -1;
     if (ret < 0) {
         memlab_restore_exc(&first);
     }
@@ -370,18 +228,22 @@ teardown(PyObject *mon)
 
 /* Claim the id, register a callback per event and the global events. */
 static int
-start_monitoring(PyObject *mon)
+start_monitoring(PyObject *mon, PyTypeObject *callback_type)
 {
     long global_bits;
-    shared_tool_id = claim_tool_id(mon);
-    if (shared_tool_id < 0) {
+    if (callback_type == NULL) {
+        return -1;
+    }
+    runtime.tool_id = claim_tool_id(mon);
+    if (runtime.tool_id < 0) {
         return -1;
     }
     for (int i = 0; i < N_EVENTS; i++) {
         long bit = event_bit(mon, i);
-        PyObject *cb = bit < 0 ? NULL : new_callback(monitor_events[i].action);
+        PyObject *cb = bit < 0 ? NULL
+                     : monitoring_new_callback(callback_type, monitor_events[i].action);
         PyObject *r = cb ? PyObject_CallMethod(mon, "register_callback", "ilO",
-                                               shared_tool_id, bit, cb) : NULL;
+                                               runtime.tool_id, bit, cb) : NULL;
         Py_XDECREF(cb);
         Py_XDECREF(r);
         if (r == NULL) {
@@ -391,7 +253,7 @@ start_monitoring(PyObject *mon)
     if (event_bits(mon, 0, &global_bits) < 0) {
         return -1;
     }
-    PyObject *r = PyObject_CallMethod(mon, "set_events", "il", shared_tool_id, global_bits);
+    PyObject *r = PyObject_CallMethod(mon, "set_events", "il", runtime.tool_id, global_bits);
     Py_XDECREF(r);
     return r ? 0 : -1;
 }
@@ -415,8 +277,8 @@ monitoring_enable(TracerObject *t)
     if (mon == NULL) {
         return -1;
     }
-    if (shared_tool_id < 0 && start_monitoring(mon) < 0) {
-        if (shared_tool_id >= 0) {
+    if (runtime.tool_id < 0 && start_monitoring(mon, callback_type_of(t)) < 0) {
+        if (runtime.tool_id >= 0) {
             teardown_keeping_error(mon);
         }
         goto error;
@@ -426,11 +288,11 @@ monitoring_enable(TracerObject *t)
             goto error;
         }
     }
-    t->tool_id = shared_tool_id;
+    t->tool_id = runtime.tool_id;
     ret = 0;
 error:
     if (ret < 0 && memlab_enabled_tracers == t && t->next_enabled == NULL
-            && shared_tool_id >= 0) {
+            && runtime.tool_id >= 0) {
         teardown_keeping_error(mon);    /* we were the only user */
     }
     Py_DECREF(mon);
@@ -443,7 +305,7 @@ monitoring_disable(TracerObject *t)
 {
     int ret = 0;
     t->tool_id = -1;
-    if (shared_tool_id < 0) {
+    if (runtime.tool_id < 0) {
         return 0;
     }
     PyObject *mon = monitoring_module();
@@ -478,25 +340,18 @@ monitoring_add_code(TracerObject *t, PyObject *code)
     return ret;
 }
 
-/* Makes the state at the first exec only: replacing `instrumented` under
+/* Makes the runtime's map at the first exec only: replacing it under
  * enabled tracers lost the codes whose local events disable() must clear. */
 int
 monitoring_init(PyObject *module)
 {
-    if (instrumented == NULL) {
-        instrumented = PyDict_New();
-        if (instrumented == NULL) {
+    if (runtime.instrumented == NULL) {
+        runtime.instrumented = PyDict_New();
+        if (runtime.instrumented == NULL) {
             return -1;
         }
     }
-    if (callback_type == NULL) {
-        callback_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &callback_spec,
-                                                                 NULL);
-        if (callback_type == NULL) {
-            return -1;
-        }
-    }
-    return PyModule_AddObjectRef(module, "_MonitoringCallback", (PyObject *)callback_type);
+    return monitoring_callback_type_init(module);
 }
 
 #endif /* MEMLAB_HAVE_MONITORING */

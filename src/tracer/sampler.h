@@ -33,8 +33,15 @@ typedef struct {
     int64_t last_counter[];        /* n_columns */
 } SamplerReader;
 
+struct Sampler;
+/* One way of reading, chosen at init by the source's kind (push or poll,
+ * compiled or Python): sampler_take's work without a test per event. */
+typedef int (*sampler_take_fn)(struct Sampler *s, uint64_t thread, int64_t *interval);
+
 typedef struct Sampler {
     Source source;                 /* Owned. what it reads, whichever kind */
+    sampler_take_fn take;          /* chosen at init */
+    sampler_take_fn take_quietly;  /* a Python source's: what `take` wraps */
     int device;
     int n_columns;
     int *field_of;                 /* Owned. column -> field index */
@@ -68,6 +75,9 @@ void sampler_dealloc(Sampler *s);
 PyObject *sampler_columns(const Sampler *s);
 PyObject *sampler_growth_name(const Sampler *s);
 
+/* sampler_init's choice of s->take by the source's kind (sampler_read.c). */
+void sampler_choose_take(Sampler *s);
+
 /* Control path: prepare the device, take a first reading, reset peaks. */
 int sampler_start(Sampler *s);
 
@@ -84,7 +94,15 @@ void sampler_stop(Sampler *s);
  * field's level into *level.  Only the calling thread's own counters can be
  * read through a register, so for another thread they read 0.  Never
  * raises; returns 0, SAMPLER_POLLED, or -1 if the device could not be read. */
-int sampler_take(Sampler *s, uint64_t thread, int64_t *interval, int64_t *level);
+static inline int
+sampler_take(Sampler *s, uint64_t thread, int64_t *interval, int64_t *level)
+{
+    int rc = s->take(s, thread, interval);
+    if (rc >= 0) {
+        *level = s->growth_field >= 0 ? s->reading[s->growth_field] : 0;
+    }
+    return rc;
+}
 
 /* Does `thread` poll the device (a polled source's every thread, a push
  * source's thread that found no free register)?  Hot path. */

@@ -278,6 +278,26 @@ def test_module_executed_again_keeps_live_state():
     assert proc.stdout == "unasked LINE events: []\ncounts: [[2, 2], [1, 1]]\n"
 
 
+@monitoring_only
+def test_module_executed_again_has_its_own_callback_type():
+    # the callbacks' type is each module's (its state), not a static made at
+    # the first exec, which held that module for good and served every later one
+    proc = run_fresh(ENABLED_BEFORE_REIMPORT + '''
+        del sys.modules["pytorch_memlab._tracer"]
+        again = importlib.import_module("pytorch_memlab._tracer")
+        print("shared type:", again._MonitoringCallback is _tracer._MonitoringCallback)
+        t.disable()
+        u = again.Tracer(_testsource.manual_source, 0, ["bytes.peak"])
+        u.add_code(work.__code__)
+        u.enable()
+        work()
+        u.disable()
+        print("counts:", [sorted(r[0] for r in lines.values()) for _, lines in u.stats()])
+    ''')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == "shared type: False\ncounts: [[1, 1]]\n"
+
+
 @pytest.mark.skipif(MONITORING, reason="the settrace hook's state (monitoring: above)")
 def test_module_executed_again_keeps_the_settrace_hook():
     # a second exec makes a new thread-starter token: the old tracer's disable()
