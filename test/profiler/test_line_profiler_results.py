@@ -50,7 +50,7 @@ def test_stats_shape(prof_factory):
     record = records[0]
     # a function that ran keeps the curve of one call
     assert set(record) == {"qualname", "filename", "first_line", "device", "columns", "lines",
-                           "calls", "curve", "curve_of", "peak"}
+                           "calls", "start_level", "curve", "curve_of", "peak"}
     assert record["filename"] == grow_then_free.__code__.co_filename   # test_line_profiler.py
     assert record["first_line"] == grow_then_free.__code__.co_firstlineno
     assert record["device"] == "cpu"
