@@ -2,6 +2,7 @@
  * profiled frames.  The blocks' events are in attrib_events.c, their table
  * in attrib_blocks.c, the figures read back in attrib_read.c. */
 #include "attrib_internal.h"
+#include "list.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -137,14 +138,7 @@ attrib_detach(Attrib *a)
         attrib_unlock();
         return;
     }
-    Attrib **link = &attrib_runtime.attached;
-    while (*link != NULL && *link != a) {
-        link = &(*link)->next;
-    }
-    if (*link == a) {
-        *link = a->next;
-    }
-    a->next = NULL;
+    MEMLAB_LIST_REMOVE(attrib_runtime.attached, a, next);
     a->attached = 0;
     if (attrib_runtime.attached == NULL) {
         __atomic_store_n(&attrib_runtime.any_attached, 0, __ATOMIC_RELEASE);

@@ -8,6 +8,7 @@
  * source's own error goes to sys.unraisablehook (quiet_begin/quiet_end);
  * where it may (start()), the source's own error reaches the caller. */
 #include "sampler.h"
+#include "list.h"
 
 #include <string.h>
 
@@ -309,14 +310,7 @@ sampler_stop(Sampler *s)
     if (s->source.push) {
         close_readers(s);
     }
-    Sampler **link = &runtime.live;
-    while (*link != NULL && *link != s) {
-        link = &(*link)->next_live;
-    }
-    if (*link == s) {
-        *link = s->next_live;
-    }
-    s->next_live = NULL;
+    MEMLAB_LIST_REMOVE(runtime.live, s, next_live);
     s->live = 0;
 }
 

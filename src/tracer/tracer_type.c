@@ -1,6 +1,7 @@
 /* The Python face of a Tracer: registration, control and the type; its
  * construction is tracer_init.c's, its figures read back tracer_results.c's. */
 #include "tracer_methods.h"
+#include "list.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -52,14 +53,7 @@ Tracer_codes(TracerObject *self, PyObject *unused)
 static void
 enabled_list_remove(TracerObject *t)
 {
-    TracerObject **link = &memlab_enabled_tracers;
-    while (*link != NULL && *link != t) {
-        link = &(*link)->next_enabled;
-    }
-    if (*link == t) {
-        *link = t->next_enabled;
-    }
-    t->next_enabled = NULL;
+    MEMLAB_LIST_REMOVE(memlab_enabled_tracers, t, next_enabled);
 }
 
 static PyObject *
