@@ -53,18 +53,14 @@ What is measured (on CUDA when available, else on CPU with device='cpu'):
 The table comes last, then one JSON line.
 """
 import argparse
-import contextlib
 import gc
 import importlib
-import io
 import json
-import os
 import platform
 import statistics
 import sys
 import threading
 import time
-import tracemalloc
 
 import torch
 
@@ -72,129 +68,16 @@ import bench_cli  # noqa: E402  (bench/ is on sys.path when run as a script)
 import bench_features  # noqa: E402
 import bench_nested  # noqa: E402
 import timing  # noqa: E402
+from torch_common import NA, NO_CUDA, TARGETS, Env, load_old, measure_old, old_enable, \
+    ours_events, quiet, settle  # noqa: E402
+from torch_memory import memory_all  # noqa: E402
+from torch_report import table  # noqa: E402
+from torch_workloads import hot_loop, old_decorated, ours_decorated, unrelated  # noqa: E402
 from timing import hot, pairs  # noqa: E402
 import pytorch_memlab
 from pytorch_memlab import LineProfiler, clear_global_line_profiler, profile
 from pytorch_memlab import _tracer
 
-TARGETS = {"per_line_us": 0.5, "unrelated_ratio": 1.02, "train_ratio": 1.10,
-           "cli_unrelated_ratio": bench_cli.TARGET, "bytes_per_event": "flat"}
-# "flat": what a call leaves behind, at 1,000,002 and 10,000,002 line events,
-# within the curve's two buffers (kept and live) of CURVE_MAX_POINTS 32-byte points
-CURVE_BOUND = 2 * _tracer.CURVE_MAX_POINTS * 32
-
-
-# ---- the code that is profiled or timed -------------------------------------------
-
-def hot_loop(x, n):
-    """Five line events per iteration: the for line and four small ops."""
-    for _ in range(n):
-        x = x + 1
-        x = x - 1
-        x = x * 1
-        x = x + 1
-    return x
-
-
-def fib(n):
-    return n if n < 2 else fib(n - 1) + fib(n - 2)
-
-
-def unrelated(n):
-    """Pure Python: recursion, then a loop calling small functions."""
-    return fib(20) + timing.unrelated(n)
-
-
-def ours_decorated(x):
-    y = x + 1
-    z = y * 2
-    return z
-
-
-def old_decorated(x):
-    y = x + 1
-    z = y * 2
-    return z
-
-
-# ---- helpers -----------------------------------------------------------------------
-
-class Env:
-    def __init__(self):
-        self.cuda = torch.cuda.is_available()
-        if self.cuda:
-            self.index = torch.cuda.current_device()
-            self.dev = f"cuda:{self.index}"
-        else:
-            self.index = 0
-            self.dev = "cpu"
-
-    def sync(self):
-        if self.cuda:
-            torch.cuda.synchronize(self.index)
-
-
-def load_old():
-    """(module, None) or (None, why not)."""
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            old = importlib.import_module("old_pytorch_memlab")
-            prof_mod = importlib.import_module("old_pytorch_memlab.line_profiler.profile")
-    except Exception as exc:  # not installed, no pandas, no calmsize...
-        return None, f"{type(exc).__name__}: {exc}"
-    # its profile() prints each decorated function's table at exit: not here
-    prof_mod.global_line_profiler.print_stats = lambda *a, **k: None
-    return old, None
-
-
-def quiet(func, *args, **kwargs):
-    """Run ``func`` with stdout swallowed (the old package prints on CPU)."""
-    with contextlib.redirect_stdout(io.StringIO()):
-        return func(*args, **kwargs)
-
-
-def ours_events(prof, func):
-    return sum(line["count"] for rec in prof.stats(func) for line in rec["lines"])
-
-
-def rss_bytes():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def settle():
-    gc.collect()
-    gc.collect()
-
-
-class NA(Exception):
-    """The old package cannot be measured here (reason in the message)."""
-
-
-def measure_old(out, func, *args):
-    """out["old"] = func(*args), or out["old_na"] = why it could not be
-    measured: a failure on the old side must not stop ours."""
-    try:
-        out["old"] = func(*args)
-    except NA as exc:
-        out["old_na"] = str(exc)
-    except Exception as exc:
-        out["old_na"] = f"{type(exc).__name__}: {exc}"
-    finally:
-        # the old package leaves its trace functions installed
-        sys.settrace(None)
-        threading.settrace(None)
-    return out
-
-
-NO_CUDA = "it reads CUDA statistics only: without CUDA its enable() does nothing"
-
-
-def old_enable(prof):
-    """Enable an old LineProfiler; NA where it refuses (no CUDA: it prints and returns)."""
-    quiet(type(prof).enable, prof)
-    if not prof.enabled:
-        raise NA(NO_CUDA)
 
 
 # ---- 1. per-line cost --------------------------------------------------------------
@@ -396,138 +279,6 @@ def train_old(env, args, old, step):
 
 
 # ---- 4. host memory held per line event --------------------------------------------
-
-def memory_one_size(env, events, curve="peak"):
-    prof = LineProfiler(hot, device=env.dev, curve=curve)
-    with prof:
-        # line tables, allocator wrapper, hooks, and a kept curve of this size
-        hot(events // 11)
-    settle()
-    before_events = ours_events(prof, hot)
-    settle()
-    rss0 = rss_bytes()
-    with prof:
-        hot(events // 11)
-    settle()
-    rss1 = rss_bytes()
-    n = ours_events(prof, hot) - before_events
-    return {"bytes_per_event": (rss1 - rss0) / n, "events": n, "rss_delta": rss1 - rss0}
-
-
-def memory_ours(env, sizes):
-    """Each size's figures, then the largest with curve=None; ``bytes_per_event``:
-    the largest size's; ``bounded``: what each call left within CURVE_BOUND."""
-    runs = [memory_one_size(env, events) for events in sizes]
-    return {"bytes_per_event": runs[-1]["bytes_per_event"], "runs": runs,
-            "events": runs[-1]["events"], "no_curve": memory_one_size(env, sizes[-1], None),
-            "bounded": all(r["rss_delta"] <= CURVE_BOUND for r in runs)}
-
-
-def memory_old(env, events, old):
-    prof = quiet(old.LineProfiler, hot, target_gpu=env.index)
-    old_enable(prof)
-    hot(10)
-    prof.disable()
-    settle()
-    prof._raw_line_records = []
-    tracemalloc.start()
-    try:
-        settle()
-        m0 = tracemalloc.get_traced_memory()[0]
-        old_enable(prof)
-        hot(events // 11)
-        prof.disable()
-        settle()
-        m1 = tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
-        sys.settrace(None)
-    n = len(prof._raw_line_records)
-    if n == 0:
-        raise NA("it recorded no line events")
-    return {"bytes_per_event": (m1 - m0) / n, "events": n}
-
-
-def memory_all(env, args, old):
-    out = {"ours": memory_ours(env, args.ours_mem_sizes)}
-    if old is not None:
-        measure_old(out, memory_old, env, args.old_mem_events, old)
-    return out
-
-
-# ---- report ------------------------------------------------------------------------
-
-def fmt(value, spec, suffix=""):
-    return "n/a" if value is None else format(value, spec) + suffix
-
-
-def ratio_cell(old, ours):
-    if old is None or ours is None:
-        return "n/a"
-    if ours <= 0:
-        return "inf"
-    return f"{old / ours:.1f}x"
-
-
-def table(env, res, old_why):
-    rows = []
-    pl, un, tr, mem = res["per_line"], res["unrelated"], res["train"], res["memory"]
-    ours_pl, old_pl = pl["ours"]["per_line_us"], (pl.get("old") or {}).get("per_line_us")
-    rows.append(("per-line cost (us/line)", fmt(ours_pl, ".3f"), fmt(old_pl, ".1f"),
-                 ratio_cell(old_pl, ours_pl), "<= 0.5", ours_pl <= TARGETS["per_line_us"]))
-    rows.append(("unrelated code after @profile", fmt(un["ours"], ".3f", "x"),
-                 fmt(un.get("old"), ".2f", "x"), ratio_cell(un.get("old"), un["ours"]),
-                 "<= 1.02x", un["ours"] <= TARGETS["unrelated_ratio"]))
-    cli = res["cli"]
-    rows.append(("unrelated code under run -f", fmt(cli["cli"], ".3f", "x"), "n/a", "n/a",
-                 f"<= {bench_cli.TARGET:.2f}x", cli["cli"] <= TARGETS["cli_unrelated_ratio"]))
-    rows.append(("MLP train step profiled", fmt(tr["ours"], ".3f", "x"),
-                 fmt(tr.get("old"), ".2f", "x"), ratio_cell(tr.get("old"), tr["ours"]),
-                 "<= 1.10x", tr["ours"] <= TARGETS["train_ratio"]))
-    ours_b = mem["ours"]["bytes_per_event"]
-    old_b = (mem.get("old") or {}).get("bytes_per_event")
-    rows.append(("host memory (B/line event at 1M / 10M)",
-                 " / ".join(fmt(r["bytes_per_event"], ".3f") for r in mem["ours"]["runs"]),
-                 fmt(old_b, ".0f"),
-                 "n/a" if old_b is None else ("inf" if ours_b <= 0 else f"{old_b / ours_b:.0f}x"),
-                 "flat", mem["ours"]["bounded"]))
-    head = ("measure", "ours", "old 0.3.2", "old/ours", "target", "ours ok")
-    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(5)]
-    line = "  ".join("{:<%d}" % widths[0] if i == 0 else "{:>%d}" % widths[i]
-                     for i in range(5)) + "  {}"
-    out = [f"== bench_torch: {env.dev}, torch {torch.__version__}, python "
-           f"{platform.python_version()}, tracer {_tracer.MECHANISM}, "
-           f"pytorch_memlab {pytorch_memlab.__version__}",
-           line.format(*head), line.format(*["-" * w for w in widths], "-------")]
-    for r in rows:
-        out.append(line.format(*r[:5], "yes" if r[5] else "NO"))
-    notes = []
-    if old_why:
-        notes.append(f"old n/a: {old_why}")
-    for name in ("per_line", "unrelated", "train", "memory"):
-        why = res[name].get("old_na")
-        if why:
-            notes.append(f"old {name} n/a: {why}")
-    notes.append(f"hot loop unprofiled {pl['ours']['base_us_per_line']:.2f} us/line; "
-                 f"line events: per-line ours {pl['ours']['line_events']}/run"
-                 + (f", old {pl['old']['line_events']}/run" if pl.get("old") else "")
-                 + f"; memory ours {mem['ours']['events']}"
-                 + (f", old {mem['old']['events']}" if mem.get("old") else "")
-                 + f"; train step {tr['step_ms']:.2f} ms unprofiled, {tr['steps']} steps each way"
-                 + f"; unrelated base {un['base_ms']:.2f} ms")
-    notes.append("host memory held after one call (RSS): " + ", ".join(
-        f"{r['rss_delta'] / 1e6:.2f} MB at {r['events']:,} events ({r['bytes_per_event']:.3f} B each)"
-        for r in mem["ours"]["runs"])
-        + f"; within the curve's two buffers, {CURVE_BOUND / 1e6:.1f} MB: "
-        + ("yes" if mem["ours"]["bounded"] else "NO")
-        + f"; curve=None: {mem['ours']['no_curve']['rss_delta'] / 1e6:.2f} MB at "
-        f"{mem['ours']['no_curve']['events']:,} events")
-    notes.append(f"run -f: the same script under @profile {cli['decorator']:.3f}x; "
-                 f"trace hook seen by the unrelated code: run -f {cli['hooked']['cli']}, "
-                 f"@profile {cli['hooked']['decorator']}; plain base {cli['base_ms']:.1f} ms, "
-                 f"{cli['rounds']} rounds")
-    return "\n".join(out + ["  " + n for n in notes])
-
 
 def section(name, func, *args):
     """Run one measurement; its failure on the old side must not stop ours."""
