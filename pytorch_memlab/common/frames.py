@@ -85,6 +85,11 @@ def frame_tensors(frames: Iterable[types.FrameType]) -> Iterator[FrameTensor]:
         finally:
             if snapshot:
                 variables.clear()
+        if variables is not frame.f_globals and frame.f_code.co_name == "<module>":
+            # A module's code inside an inlined comprehension (3.13): its
+            # f_locals holds the comprehension's variables, not the module's.
+            seen = {var for var, _ in items}
+            items += [(var, value) for var, value in frame.f_globals.items() if var not in seen]
         del variables
         items.sort(key=lambda item: not is_tensor(item[1]))     # stable
         for var, value in items:
