@@ -77,6 +77,29 @@ def allocated_at(source: str, device: int, ptr: int, /) -> tuple[CodeType, int] 
     tracer was enabled, or not a live block's start.  Read-only.
     ValueError for a ``ptr`` that is no address."""
 
+TAGGED_KINDS: int
+"""How many kinds tag_blocks takes (numbered from 1)."""
+
+def tag_blocks(tracer: Tracer, kind: int, ptrs: Sequence[int], sizes: Sequence[int],
+               only_from: int = -1, back: bool = True, /) -> int:
+    """Tag the live blocks of ``tracer``'s device at ``ptrs`` as ``kind`` (1 to
+    TAGGED_KINDS; 0 untags): their bytes count as that kind in every open
+    call and, with ``back``, at every peak of this enable() they were alive
+    at (without: from now on only, a role that ended).  ``only_from`` >= 0:
+    only blocks of that kind now (0: untagged ones).  A block made before the
+    tracer was enabled is taken in with ``sizes[i]`` bytes, as alive before
+    every call, where that fits the untagged bytes alive before each; else
+    the kinds are marked not exact.  Returns how many blocks changed kind."""
+
+def peaks_by_kind(tracer: Tracer, /) -> tuple[list[tuple[CodeType, tuple[
+        int, int, int, int, int, dict[int, int], tuple[int, ...], tuple[int, ...],
+        dict[int, tuple[int, ...]]] | None]], str | None]:
+    """``Tracer.peaks()`` with the tagged kinds: each peak is ``(bytes,
+    lineno, call, before_call, other_threads, {lineno: held}, before's tagged
+    bytes, other threads', {lineno: a line's tagged bytes})``, the tagged
+    bytes in kind order (TAGGED_KINDS each); the untagged rest of each part
+    is not tagged.  Then why the kinds are not exact, or None."""
+
 def instances_of(cls: type[_T], /) -> list[_T]:
     """The objects the garbage collector tracks whose type is ``cls`` or a
     subclass of it (type slots only: no object's code runs)."""

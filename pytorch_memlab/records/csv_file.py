@@ -169,7 +169,7 @@ def loads(text: str, where: str) -> Profile:
                 and has_peak else None
             functions.append(FunctionRecord(qualname, filename, first_line, device,
                                             list(columns), [], calls=calls,
-                                            peak=peak))  # type: ignore[arg-type]
+                                            peak=peak))
             if device not in devices:
                 devices.append(device)
         line = LineRecord(lineno, row[-1], count, values[2], dict(zip(columns, figures)),

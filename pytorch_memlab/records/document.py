@@ -1,10 +1,10 @@
 """A profile as the JSON document ``LineProfiler.save`` writes, and back.
 
-Schema version 4 (``SCHEMA_VERSION``)::
+Schema version 6 (``SCHEMA_VERSION``)::
 
     {
       "format": "pytorch_memlab.line_profile",
-      "schema_version": 4,
+      "schema_version": 6,
       "pytorch_memlab_version": "1.0.0",
       "torch_version": "2.13.0+cpu",
       "python_version": "3.11.9",
@@ -27,7 +27,11 @@ Schema version 4 (``SCHEMA_VERSION``)::
             "reserved_bytes.all.peak": 1310720, "held_at_peak": 262144,
             "raised": null}],
          "peak": {"bytes": 1310720, "lineno": 13, "call": 1,   # optional, see below
-                  "before_call": 1048576, "other_threads": 0},
+                  "before_call": 1048576, "other_threads": 0,
+                  "by_kind": {"parameter": 1048576, "temporary": 262144},
+                  "before_call_by_kind": {"parameter": 1048576},
+                  "other_threads_by_kind": {},
+                  "lines_by_kind": {"13": {"temporary": 262144}}},
          "curve": [[13, 786432, 2097152, 1310720],    # optional, see below
                    [21, 786432, 2097152, 1048576, "Net.block"]],
          "curve_of": {"choice": "peak", "call": 2, "calls": 3, "line_events": 2,
@@ -94,20 +98,36 @@ neither key.  Also new in version 4, a ``"postmortem"`` may have
 ``"live_by_line"`` (the allocated bytes at the failure by the line that made
 them; see ``pytorch_memlab/line_profiler/postmortem.py``); older post-mortems load and print
 without it.
+Kinds at the peak (new in version 6; ``pytorch_memlab.kinds``): ``by_kind``
+says what ``peak.bytes`` is made of, ``{kind: bytes}`` with only the kinds
+present, in this order: "parameter", "buffer", "gradient",
+"optimizer_state", "saved_for_backward" (kept by autograd for the backward
+pass), "temporary" (made during the call, none of those), "input" (alive
+before the call, none of those), "workspace", "other" (made by other threads
+during the call, none of those); it sums to ``peak.bytes``.
+``before_call_by_kind`` and ``other_threads_by_kind`` split ``before_call``
+and ``other_threads`` the same way, and ``lines_by_kind`` each line's
+``held_at_peak`` (keyed by the line number as a string, lines holding
+nothing left out): together they are ``by_kind``.  Where the kinds could not
+be told exactly the peak has ``"by_kind_missing"`` (why) instead.  Older
+files, and version 5 (which added no peak key), have none of these keys.
 """
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from ..kinds import names as block_kinds
 from .curve import CurveInfo, CurvePoint
 from .meanings import KINDS, UNITS, Field, torch_meaning
 from .model import (GROWTH, HELD, PEAK_KEYS, VERSION_KEYS, FunctionRecord, LineRecord,
                     Profile, TimelineRow)
 
 FORMAT = "pytorch_memlab.line_profile"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 6
 RECORD_KEYS = ("qualname", "filename", "first_line", "device")
 _LINE_KEYS = ("lineno", "code", "count", GROWTH, "raised")
+# A peak's {kind: bytes} keys (version 6); "lines_by_kind" holds one per line.
+KIND_KEYS = ("by_kind", "before_call_by_kind", "other_threads_by_kind")
 _KNOWN = {"format", "schema_version", "created", "devices", "columns", "column_meanings",
           "functions", "timeline", "run", *VERSION_KEYS}
 
@@ -248,11 +268,33 @@ class _Reader:
             peak=self.peak(obj["peak"], f"{place}.peak") if obj.get("peak") is not None
             else None)
 
-    def peak(self, obj: Any, place: str) -> dict[str, int]:
+    def peak(self, obj: Any, place: str) -> dict[str, Any]:
         if not isinstance(obj, dict):
             raise self.fail(place, f"it is {_show(obj)}; expected an object with "
                             + ", ".join(PEAK_KEYS))
-        return {key: self.typed(obj, key, int, place, "an integer") for key in PEAK_KEYS}
+        peak: dict[str, Any] = {key: self.typed(obj, key, int, place, "an integer")
+                                for key in PEAK_KEYS}
+        for key in KIND_KEYS:
+            if key in obj:
+                peak[key] = self.kinds(obj[key], f"{place}.{key}")
+        if "lines_by_kind" in obj:
+            lines = obj["lines_by_kind"]
+            where = f"{place}.lines_by_kind"
+            if not isinstance(lines, dict) or not all(str(k).isdigit() for k in lines):
+                raise self.fail(where, f"it is {_show(lines)}; expected an object keyed by "
+                                "line numbers")
+            peak["lines_by_kind"] = {int(k): self.kinds(v, f"{where}.{k}")
+                                     for k, v in lines.items()}
+        if "by_kind_missing" in obj:
+            peak["by_kind_missing"] = self.typed(obj, "by_kind_missing", str, place, "a string")
+        return peak
+
+    def kinds(self, obj: Any, place: str) -> dict[str, int]:
+        if (not isinstance(obj, dict) or not all(k in block_kinds.KINDS for k in obj)
+                or not all(type(v) is int for v in obj.values())):
+            raise self.fail(place, f"it is {_show(obj)}; expected {{kind: bytes}} with kinds "
+                            f"among {', '.join(block_kinds.KINDS)}")
+        return dict(obj)
 
     def curve(self, obj: Any, place: str) -> list[CurvePoint]:
         accepted = "[lineno, active, reserved, line_peak] (integers), then a callee's qualname"

@@ -131,7 +131,7 @@ class FunctionRecord(_ReadsAsDict):
     curve_of: Optional[CurveInfo] = None          # which call that is, how it was kept
     # What was alive at its peak (PEAK_KEYS; its lines' HELD are the rest);
     # None: not known.  peak_missing: why not, for a live profile (not saved).
-    peak: Optional[dict[str, int]] = None
+    peak: Optional[dict[str, Any]] = None
     peak_missing: Optional[str] = None
 
     @property
@@ -177,6 +177,9 @@ class FunctionRecord(_ReadsAsDict):
             data["curve_of"] = dict(self.curve_of or {})
         if self.peak is not None:
             data["peak"] = dict(self.peak)
+            if "lines_by_kind" in self.peak:    # as JSON keys them
+                data["peak"]["lines_by_kind"] = {str(lineno): dict(kinds) for lineno, kinds
+                                                 in self.peak["lines_by_kind"].items()}
         return data
 
 

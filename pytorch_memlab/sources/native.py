@@ -28,7 +28,8 @@ KINDS = ("cuda", "cpu")
 
 __all__ = ["KINDS", "MECHANISM", "ProfiledCall", "Tracer", "allocated_at", "check_kind",
            "cpu_seeded", "cuda_push_unavailable", "field_table", "import_shim",
-           "install_thread_hook", "instances_of", "load_shim", "prepare", "sample", "seed_cpu",
+           "install_thread_hook", "instances_of", "load_shim", "peaks_by_kind", "prepare",
+           "sample", "seed_cpu", "tag_blocks",
            "shim_capsule", "shim_fields", "shim_path"]
 
 
@@ -37,6 +38,20 @@ def allocated_at(kind: str, device: int, ptr: int) -> Optional[tuple[CodeType, i
     ``ptr`` of a ``kind`` device, as an enabled profiler recorded it, or None
     (only sources that push their allocations record them: the CPU's)."""
     return _tracer.allocated_at(kind, device, ptr)
+
+
+def tag_blocks(tracer: Tracer, kind: int, ptrs: Sequence[int], sizes: Sequence[int],
+               only_from: int = -1, back: bool = True) -> int:
+    """Tag the live blocks at ``ptrs`` (``sizes``: their bytes, for a block
+    made before the tracer was enabled) as kind number ``kind``, see
+    _tracer.pyi; the number whose kind changed."""
+    return _tracer.tag_blocks(tracer, kind, ptrs, sizes, only_from, back)
+
+
+def peaks_by_kind(tracer: Tracer) -> tuple[list[tuple[CodeType, Any]], Optional[str]]:
+    """Each function's peak with its tagged kinds (see _tracer.pyi), and why
+    the kinds are not exact (None: they are)."""
+    return _tracer.peaks_by_kind(tracer)
 
 
 def instances_of(cls: type[_T]) -> list[_T]:

@@ -34,6 +34,22 @@
 
 #include <stdint.h>
 
+/* What a block is, as Python tags it (attrib_kinds.c): untagged blocks are
+ * split at a peak by where they were made (before the call, on a line,
+ * another thread).  The tagged kinds' bytes are kept per place, in arrays of
+ * ATTRIB_TAGGED, indexed kind - 1. */
+enum {
+    ATTRIB_UNTAGGED = 0,
+    ATTRIB_PARAMETER,
+    ATTRIB_BUFFER,
+    ATTRIB_GRADIENT,
+    ATTRIB_OPTIMIZER_STATE,
+    ATTRIB_SAVED_FOR_BACKWARD,
+    ATTRIB_WORKSPACE,
+    ATTRIB_N_KINDS,
+};
+#define ATTRIB_TAGGED (ATTRIB_N_KINDS - 1)
+
 /* A function's breakdown at its highest level so far (one per LineTable). */
 typedef struct AttribPeak {
     int64_t bytes;         /* the level; -1: none yet */
@@ -55,6 +71,19 @@ typedef struct AttribPeak {
     int64_t kept_call[2];
     uint64_t kept_attach[2];   /* the attach each was counted in */
     int64_t *kept;
+    /* Kinds: when it was taken (blocks numbered up to seq were made by
+     * then), by which Call (its start_seq, and its slots), in which attach;
+     * the tagged bytes alive before that call and made by other threads, and
+     * per line (klive: n_slots x ATTRIB_TAGGED after kept[], same allocation). */
+    uint64_t seq;
+    uint64_t start_seq;
+    uint64_t attach;
+    int call_first_line;
+    int call_n_slots;
+    uint64_t listed;       /* the attach whose list of peaks holds it */
+    int64_t kbefore[ATTRIB_TAGGED];
+    int64_t kother[ATTRIB_TAGGED];
+    int64_t *klive;
     int first_line;
     int n_slots;
     int64_t held[];        /* n_slots: made on each line, still alive */
@@ -102,6 +131,13 @@ typedef struct Attrib {
     uint64_t attaches;     /* attach() calls: blocks are followed within one */
     uintptr_t unsized;     /* the block whose MEMLAB_SIZED is awaited, or 0 */
     int unsized_event;     /* its MEMLAB_ALLOC or MEMLAB_FREE */
+    int64_t unsized_adopted; /* a freed adopted block's assumed size, or -1 */
+    const char *kinds_inexact; /* why the kinds are not exact, or NULL */
+    int64_t ktotal[ATTRIB_TAGGED]; /* live tagged bytes by kind */
+    LineTable **peaks;     /* Owned array, borrowed tables: those whose
+                              peaks this attach took (retroactive tags) */
+    int n_peaks;
+    int cap_peaks;
     struct Attrib *next;   /* Borrowed. the attached list */
 } Attrib;
 
@@ -162,6 +198,22 @@ void attrib_table_size(const Attrib *a, size_t *used, size_t *capacity);
  * tracer did (made outside every profiled function, before the tracer was
  * enabled, or it is not a live block).  Control path, GIL held. */
 PyObject *attrib_made_at(const char *source, int device, uintptr_t ptr, int *line);
+
+/* Tag the live blocks at ptrs[i] as `kind` (attrib_kinds.c): their bytes
+ * move to that kind in every open Call and, with `back`, in every peak of
+ * this attach taken while they were alive (a block alive now was alive at
+ * every peak since it was made); without, from now on only (a role that
+ * ended).  `only_from` >= 0: only blocks of that kind now (0: untagged).  A
+ * ptr that is no followed block (made before we attached) is taken in, when
+ * tagged from untagged, with sizes[i], as alive before everything, if that
+ * fits in what is untagged before each open Call and peak; else the kinds
+ * are marked not exact.  Control path, GIL held; returns the blocks whose
+ * kind changed. */
+Py_ssize_t attrib_tag(Attrib *a, int kind, int only_from, int back, const uintptr_t *ptrs,
+                      const int64_t *sizes, Py_ssize_t n);
+
+/* Why the tagged kinds are not exact, or NULL. */
+const char *attrib_kinds_missing(const Attrib *a);
 
 /* What the source calls per allocation (memlab_alloc_listener). */
 int attrib_listener(const char *source, int device, uintptr_t ptr, int64_t size, int event);

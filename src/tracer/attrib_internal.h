@@ -21,6 +21,9 @@ typedef struct AttribOpen {
     int n_slots;
     AttribCall *next_open; /* Borrowed. the open list, newest first */
     int suspended;         /* its generator is suspended: no peaks, not a top */
+    int64_t kbefore[ATTRIB_TAGGED];  /* of before, tagged bytes by kind */
+    int64_t kother[ATTRIB_TAGGED];   /* of other, the same */
+    int64_t *klive;        /* n_slots x ATTRIB_TAGGED after live[]: of live[] */
     int64_t live[];        /* per line of the table: made there, still alive */
 } AttribOpen;
 
@@ -43,6 +46,11 @@ struct AttribBlock {
     uint64_t seq;
     AttribCall *call;      /* Owned reference, or NULL: made outside any Call */
     int line;              /* call's line then */
+    uint8_t kind;          /* ATTRIB_UNTAGGED until Python tags it */
+    uint8_t adopted;       /* made before we attached: taken in when tagged,
+                              its size as Python gave it */
+    uint8_t settled;       /* its kind changed from now on only: the peaks
+                              before keep theirs (no tag reaches back) */
 };
 
 #define MIN_CAPACITY 1024
@@ -115,6 +123,11 @@ AttribPeak *attrib_peak_new(const LineTable *table);
 void attrib_snapshot_if_higher(Attrib *a, AttribCall *c);
 void attrib_flush_peak(AttribPeak *p);
 void attrib_flush_peaks(Attrib *a);
+
+/* attrib_kinds.c, lock held: a tagged block's bytes leave their places
+ * (b freed: every open Call's, not the peaks'); the kept peak list. */
+void attrib_kinds_free(Attrib *a, const AttribBlock *b);
+int attrib_list_peak(Attrib *a, LineTable *table);
 
 /* attrib_blocks.c, lock held: the table of live blocks (key ptr; 0 marks an
  * empty slot).  add: a new slot for ptr (not present), NULL when out of

@@ -15,6 +15,7 @@ pytest.importorskip("pytorch_memlab._torchshim")
 import pytorch_memlab  # noqa: E402
 from pytorch_memlab import LineProfiler, load, profile_every  # noqa: E402
 from pytorch_memlab.line_profiler import SCHEMA_VERSION, SavedProfile  # noqa: E402
+from pytorch_memlab.records.model import PEAK_KEYS  # noqa: E402
 
 from helpers import MiB, code_line  # noqa: E402
 COLUMNS = ("active_bytes.all.peak", "reserved_bytes.all.peak", "allocation.all.allocated",
@@ -65,9 +66,14 @@ def prof():
 
 
 def _no_curve(records):
-    """The records as dicts without the curve, which a CSV does not carry."""
-    return [{k: v for k, v in r.to_dict().items() if k not in ("curve", "curve_of")}
-            for r in records]
+    """The records as dicts without the curve and the peak's kinds, which a
+    CSV does not carry."""
+    dicts = [{k: v for k, v in r.to_dict().items() if k not in ("curve", "curve_of")}
+             for r in records]
+    for d in dicts:
+        if "peak" in d:
+            d["peak"] = {k: d["peak"][k] for k in PEAK_KEYS}
+    return dicts
 
 
 @pytest.mark.parametrize("ext", ["json", "csv"])
@@ -112,7 +118,7 @@ def test_json_schema(prof, tmp_path):
     prof.save(path)
     data = json.loads(path.read_text())
     assert data["format"] == "pytorch_memlab.line_profile"
-    assert data["schema_version"] == SCHEMA_VERSION == 4
+    assert data["schema_version"] == SCHEMA_VERSION == 6
     assert data["torch_version"] == str(torch.__version__)
     assert data["pytorch_memlab_version"] == pytorch_memlab.__version__
     assert data["python_version"] == "%d.%d.%d" % sys.version_info[:3]
@@ -129,7 +135,9 @@ def test_json_schema(prof, tmp_path):
     assert set(lines["def work():"]) == {"lineno", "code", "count", "net_growth", "raised",
                                          *COLUMNS, "first_call", "later_calls",
                                          "held_at_peak"}
-    assert set(record["peak"]) == {"bytes", "lineno", "call", "before_call", "other_threads"}
+    assert set(record["peak"]) == {"bytes", "lineno", "call", "before_call", "other_threads",
+                                   "by_kind", "before_call_by_kind", "other_threads_by_kind",
+                                   "lines_by_kind"}
     first = lines["x = torch.empty(262144)"]
     assert first["count"] == 2 and first["net_growth"] == 2 * MiB
     assert first["allocation.all.allocated"] == 2            # a counter: summed
