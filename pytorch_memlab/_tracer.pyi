@@ -93,12 +93,26 @@ def tag_blocks(tracer: Tracer, kind: int, ptrs: Sequence[int], sizes: Sequence[i
 
 def peaks_by_kind(tracer: Tracer, /) -> tuple[list[tuple[CodeType, tuple[
         int, int, int, int, int, dict[int, int], tuple[int, ...], tuple[int, ...],
-        dict[int, tuple[int, ...]]] | None]], str | None]:
-    """``Tracer.peaks()`` with the tagged kinds: each peak is ``(bytes,
-    lineno, call, before_call, other_threads, {lineno: held}, before's tagged
-    bytes, other threads', {lineno: a line's tagged bytes})``, the tagged
-    bytes in kind order (TAGGED_KINDS each); the untagged rest of each part
-    is not tagged.  Then why the kinds are not exact, or None."""
+        dict[int, tuple[int, ...]], dict[int, int]] | None]], str | None, str | None]:
+    """``Tracer.peaks()`` with the tagged kinds and the modules: each peak is
+    ``(bytes, lineno, call, before_call, other_threads, {lineno: held},
+    before's tagged bytes, other threads', {lineno: a line's tagged bytes},
+    {module: bytes})``, the tagged bytes in kind order (TAGGED_KINDS each;
+    the untagged rest of each part is not tagged), the modules' what each
+    made during the call (set_module), still alive.  Then why the kinds are
+    not exact and why the modules are not, or None."""
+
+def live_kinds(tracer: Tracer, code: CodeType, /) -> tuple[tuple[tuple[int, ...], ...],
+                                                          dict[int, int]] | None:
+    """Beside ``Tracer.live_by_line(code)``: the tagged bytes alive now
+    before the latest call of ``code``, made during it, made by other threads
+    during it, made after it (each in kind order, TAGGED_KINDS long), and
+    ``{module: bytes}`` of what each module made during it.  None where
+    live_by_line has no figures."""
+
+def set_module(number: int, /) -> None:
+    """The calling thread runs module ``number`` (0: none) from now on:
+    blocks it makes are charged to it."""
 
 def instances_of(cls: type[_T], /) -> list[_T]:
     """The objects the garbage collector tracks whose type is ``cls`` or a

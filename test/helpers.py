@@ -66,7 +66,8 @@ def check_kinds(peak, held):
     assert sum(peak["by_kind"].values()) == peak["bytes"]
     assert sum(peak["before_call_by_kind"].values()) == peak["before_call"]
     assert sum(peak["other_threads_by_kind"].values()) == peak["other_threads"]
-    assert {n: sum(k.values()) for n, k in peak["lines_by_kind"].items()} == \
+    # (keyed by line numbers as strings in a record's to_dict(), as in the JSON)
+    assert {int(n): sum(k.values()) for n, k in peak["lines_by_kind"].items()} == \
         {n: b for n, b in held.items() if b}
     total = {}
     parts = [peak["before_call_by_kind"], peak["other_threads_by_kind"],

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from .names import INPUT, KINDS, OTHER, TAGGED, TEMPORARY
+from .modules import name_of
+from .names import INPUT, KINDS, NO_MODULE, OTHER, TAGGED, TEMPORARY
 
 KindBytes = dict[str, int]
 # (before's tagged bytes, other threads', {lineno: a line's}), each in TAGGED order
@@ -59,3 +60,38 @@ def peak_kinds(before: int, other: int, held: dict[int, int], tagged: TaggedPlac
     return {"by_kind": summed([first, threads, *by_line.values()]),
             "before_call_by_kind": first, "other_threads_by_kind": threads,
             "lines_by_kind": by_line}
+
+
+def peak_modules(made: int, modules: dict[int, int], missing: Optional[str]) -> dict[str, Any]:
+    """``record["peak"]["by_module"]``: of the ``made`` bytes the call's lines
+    hold at the peak, what each module made while it was the innermost one
+    running on its thread, by name (``modules.NO_MODULE``: outside every
+    module), summing to ``made``; or ``by_module_missing`` (why not) alone."""
+    if missing is not None:
+        return {"by_module_missing": missing}
+    by_name: dict[str, int] = {}
+    for number, size in modules.items():
+        name = name_of(number)
+        by_name[name] = by_name.get(name, 0) + size
+    rest = made - sum(by_name.values())
+    if rest < 0 or any(size < 0 for size in by_name.values()):
+        return {"by_module_missing": "the modules hold more than the lines"}
+    if rest:
+        by_name[NO_MODULE] = rest
+    return {"by_module": {name: size for name, size in by_name.items() if size}}
+
+
+def live_kinds(before: int, during: int, other: int, after: int,
+               tagged: tuple[tuple[int, ...], ...], modules: dict[int, int]) -> dict[str, Any]:
+    """The out-of-memory post-mortem's ``live_by_line`` kinds: ``by_kind``
+    of what is alive at the failure (before the call: input; made during it:
+    temporary; by other threads or after it: other) and ``by_module`` of what
+    the call made; a key that cannot be exact is left out."""
+    out: dict[str, Any] = {}
+    places = [_place(size, kinds, rest) for size, kinds, rest in
+              zip((before, during, other, after), tagged, (INPUT, TEMPORARY, OTHER, OTHER))]
+    if all(p is not None for p in places):
+        out["by_kind"] = summed([p for p in places if p is not None])
+    out.update({k: v for k, v in peak_modules(during, modules, None).items()
+                if k == "by_module"})
+    return out

@@ -1,4 +1,6 @@
-"""The kinds a block at a peak can be, their order and how a report says them."""
+"""The kinds a block at a peak can be, their order and how a report says them;
+how a module's name reads in a report.  No torch: a saved profile is viewed
+without it."""
 from __future__ import annotations
 
 # Kinds Python tags (the tracer's numbering: TAGGED[i] is kind i + 1).
@@ -19,3 +21,18 @@ LABELS = {"parameter": "parameters", "buffer": "buffers", "gradient": "gradients
 def code_of(kind: str) -> int:
     """The tracer's number of a tagged kind."""
     return TAGGED.index(kind) + 1
+
+
+# A peak's by_module key for what was made outside every module.
+NO_MODULE = "(no module)"
+
+
+def folded(name: str) -> str:
+    """A name with each index between two other parts as ``*``
+    (``layers.3.mlp`` -> ``layers.*.mlp``; an nn.Sequential's ``mlp.2``, whose
+    children are different layers, stays): how reports group repeated
+    blocks, never the data; from the name alone, so a saved profile folds as
+    the live one did."""
+    parts = name.split(".")
+    return ".".join("*" if p.isdigit() and 0 < i < len(parts) - 1 else p
+                    for i, p in enumerate(parts))

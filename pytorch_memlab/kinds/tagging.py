@@ -16,6 +16,7 @@ block's bytes are the storage's rounded up to the allocator's 512.
 """
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Iterable, Optional
@@ -24,6 +25,7 @@ import torch
 
 from ..common.tensors import grad_of, storage_of
 from ..sources import native
+from .modules import number_of
 from .names import code_of
 
 if TYPE_CHECKING:
@@ -32,13 +34,17 @@ if TYPE_CHECKING:
     from ..line_profiler.tracers import TracerSet
 
 CUDA_BLOCK_BYTES = 512
+# PYTORCH_MEMLAB_KINDS=0: no hooks, no kinds, no modules (the peaks then say
+# the bytes tagged so far only: none)
+ENABLED = os.environ.get("PYTORCH_MEMLAB_KINDS", "1") != "0"
 
 _lock = threading.Lock()
 _sets: tuple["TracerSet", ...] = ()        # profilers with a call running (replaced, not mutated)
 _handles: list["RemovableHandle"] = []     # the hooks that start things
 _post: Optional["RemovableHandle"] = None  # the module post hook: stays while a thread needs it
-_pushed = 0                                 # threads with our saved-tensors hooks pushed
-_local = threading.local()                  # .modules: this thread's modules our pre hook saw
+_pushed = 0                                 # threads inside a module our pre hook saw
+_local = threading.local()                  # .modules, .numbers: this thread's modules
+                                            # our pre hook saw; .pushed: saved hooks too
 _roots: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
 _optimizers: "weakref.WeakSet[torch.optim.Optimizer]" = weakref.WeakSet()
 
@@ -166,18 +172,19 @@ def _push_saved() -> bool:
 def _module_pre(module: torch.nn.Module, args: Any) -> None:
     if not _sets or _compiling():
         return
+    global _pushed
     modules: list[Any] = _local.__dict__.setdefault("modules", [])
+    numbers: list[int] = _local.__dict__.setdefault("numbers", [])
     if not modules:
         _roots.add(module)
         _module_state(module)
         # a compiled model's guards would see the hooks: it keeps what it compiled with
-        pushed = type(module).__name__ != "OptimizedModule" and _push_saved()
-        if pushed:
-            global _pushed
-            with _lock:
-                _pushed += 1
-        _local.pushed = pushed
+        _local.pushed = type(module).__name__ != "OptimizedModule" and _push_saved()
+        with _lock:
+            _pushed += 1
+    numbers.append(number_of(module, modules[-1] if modules else None))
     modules.append(module)
+    native.set_module(numbers[-1])
 
 
 def _module_post(module: torch.nn.Module, args: Any, output: Any) -> None:
@@ -185,9 +192,13 @@ def _module_post(module: torch.nn.Module, args: Any, output: Any) -> None:
     if not modules or modules[-1] is not module:
         return            # entered before our pre hook was on (or after it went)
     modules.pop()
-    if not modules and getattr(_local, "pushed", False):
-        torch._C._autograd._pop_saved_tensors_default_hooks()
-        _local.pushed = False
+    numbers: list[int] = _local.numbers
+    numbers.pop()
+    native.set_module(numbers[-1] if numbers else 0)
+    if not modules:
+        if getattr(_local, "pushed", False):
+            torch._C._autograd._pop_saved_tensors_default_hooks()
+            _local.pushed = False
         global _pushed
         with _lock:
             _pushed -= 1
@@ -195,8 +206,9 @@ def _module_post(module: torch.nn.Module, args: Any, output: Any) -> None:
 
 
 def _drop_post_hook() -> None:
-    """The post hook goes once no profiler runs a call and no thread still
-    has our saved-tensors hooks to pop (_lock held)."""
+    """The post hook goes once no profiler runs a call and no thread is
+    still inside a module our pre hook saw (_lock held): it pops what that
+    pushed (the module number, the saved-tensors hooks)."""
     global _post
     if not _sets and _pushed == 0 and _post is not None:
         _post.remove()
@@ -221,6 +233,8 @@ def _optimizer_post(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
 def begin(tracers: "TracerSet") -> None:
     """A profiler's call begins: its tracers take tags, the hooks are on."""
     global _sets, _post
+    if not ENABLED:
+        return
     with _lock:
         if any(t is tracers for t in _sets):
             return

@@ -7,7 +7,7 @@ from __future__ import annotations
 import types
 from typing import Any, Optional, Sequence
 
-from ..kinds.breakdown import peak_kinds
+from ..kinds.breakdown import peak_kinds, peak_modules
 from ..records.curve import CurveArg, CurveInfo, CurvePoint
 from ..records.model import GROWTH, FunctionRecord, LineRecord
 from .tracers import (CallStats, CallTable, CurvePoints, Figures, LineTable, PeakTuple,
@@ -52,15 +52,17 @@ def _lines(code: types.CodeType, table: LineTable, calls: CallTable,
     return rows
 
 
-def _peak(found: Optional[PeakTuple], kinds_missing: Optional[str]
+def _peak(found: Optional[PeakTuple], kinds_missing: Optional[str],
+          modules_missing: Optional[str]
           ) -> tuple[Optional[dict[str, Any]], Optional[dict[int, int]]]:
     """(record["peak"], held per line) of a tracer's peak tuple."""
     if found is None:
         return None, None
-    size, lineno, call, before, other, held, kbefore, kother, klines = found
+    size, lineno, call, before, other, held, kbefore, kother, klines, modules = found
     peak: dict[str, Any] = {"bytes": size, "lineno": lineno, "call": call,
                             "before_call": before, "other_threads": other}
     peak.update(peak_kinds(before, other, held, (kbefore, kother, klines), kinds_missing))
+    peak.update(peak_modules(sum(held.values()), modules, modules_missing))
     return peak, held
 
 
@@ -88,8 +90,8 @@ def build_records(entries: Sequence[FunctionEntry], labels: Sequence[str],
     none: CallTable = (0, False, {})
     names = {id(code): entry.qualname for entry in entries for code in entry.codes}
     kept = [{id(code): found for code, found in device} for device in curves]
-    at_peak = [({id(code): found for code, found in device}, why, inexact)
-               for device, why, inexact in peaks]
+    at_peak = [({id(code): found for code, found in device}, why, inexact, modules)
+               for device, why, inexact, modules in peaks]
     for entry in entries:
         for code in entry.codes:
             tables = [found.get(id(code), {}) for found in by_code]
@@ -98,10 +100,10 @@ def build_records(entries: Sequence[FunctionEntry], labels: Sequence[str],
             if not current and not any(tables) and id(code) not in raised:
                 continue
             for d, (device, table, called) in enumerate(zip(labels, tables, calls)):
-                found_peaks, why, inexact = (at_peak[d] if d < len(at_peak)
-                                             else ({}, "not recorded", None))
-                peak, held = (_peak(found_peaks.get(id(code)), inexact) if why is None
-                              else (None, None))
+                found_peaks, why, inexact, modules = (at_peak[d] if d < len(at_peak)
+                                                      else ({}, "not recorded", None, None))
+                peak, held = (_peak(found_peaks.get(id(code)), inexact, modules)
+                              if why is None else (None, None))
                 record = FunctionRecord(
                     entry.qualname, code.co_filename, code.co_firstlineno, device, list(shown),
                     _lines(code, table, called, recorded, shown, raised.get(id(code), {}),

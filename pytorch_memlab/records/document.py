@@ -31,7 +31,8 @@ Schema version 6 (``SCHEMA_VERSION``)::
                   "by_kind": {"parameter": 1048576, "temporary": 262144},
                   "before_call_by_kind": {"parameter": 1048576},
                   "other_threads_by_kind": {},
-                  "lines_by_kind": {"13": {"temporary": 262144}}},
+                  "lines_by_kind": {"13": {"temporary": 262144}},
+                  "by_module": {"linear": 262144}},
          "curve": [[13, 786432, 2097152, 1310720],    # optional, see below
                    [21, 786432, 2097152, 1048576, "Net.block"]],
          "curve_of": {"choice": "peak", "call": 2, "calls": 3, "line_events": 2,
@@ -108,26 +109,27 @@ during the call, none of those); it sums to ``peak.bytes``.
 ``before_call_by_kind`` and ``other_threads_by_kind`` split ``before_call``
 and ``other_threads`` the same way, and ``lines_by_kind`` each line's
 ``held_at_peak`` (keyed by the line number as a string, lines holding
-nothing left out): together they are ``by_kind``.  Where the kinds could not
-be told exactly the peak has ``"by_kind_missing"`` (why) instead.  Older
+nothing left out): together they are ``by_kind``.  ``by_module`` splits
+what the lines hold by the module that made it, ``{qualified name: bytes}``
+("(no module)": outside every module), summing to the lines' held bytes.
+Where the kinds, or the modules, could not be told exactly the peak has
+``"by_kind_missing"`` (or ``"by_module_missing"``: why) instead.  Older
 files, and version 5 (which added no peak key), have none of these keys.
 """
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from ..kinds import names as block_kinds
 from .curve import CurveInfo, CurvePoint
 from .meanings import KINDS, UNITS, Field, torch_meaning
 from .model import (GROWTH, HELD, PEAK_KEYS, VERSION_KEYS, FunctionRecord, LineRecord,
                     Profile, TimelineRow)
+from .peak_document import read_peak
 
 FORMAT = "pytorch_memlab.line_profile"
 SCHEMA_VERSION = 6
 RECORD_KEYS = ("qualname", "filename", "first_line", "device")
 _LINE_KEYS = ("lineno", "code", "count", GROWTH, "raised")
-# A peak's {kind: bytes} keys (version 6); "lines_by_kind" holds one per line.
-KIND_KEYS = ("by_kind", "before_call_by_kind", "other_threads_by_kind")
 _KNOWN = {"format", "schema_version", "created", "devices", "columns", "column_meanings",
           "functions", "timeline", "run", *VERSION_KEYS}
 
@@ -269,32 +271,7 @@ class _Reader:
             else None)
 
     def peak(self, obj: Any, place: str) -> dict[str, Any]:
-        if not isinstance(obj, dict):
-            raise self.fail(place, f"it is {_show(obj)}; expected an object with "
-                            + ", ".join(PEAK_KEYS))
-        peak: dict[str, Any] = {key: self.typed(obj, key, int, place, "an integer")
-                                for key in PEAK_KEYS}
-        for key in KIND_KEYS:
-            if key in obj:
-                peak[key] = self.kinds(obj[key], f"{place}.{key}")
-        if "lines_by_kind" in obj:
-            lines = obj["lines_by_kind"]
-            where = f"{place}.lines_by_kind"
-            if not isinstance(lines, dict) or not all(str(k).isdigit() for k in lines):
-                raise self.fail(where, f"it is {_show(lines)}; expected an object keyed by "
-                                "line numbers")
-            peak["lines_by_kind"] = {int(k): self.kinds(v, f"{where}.{k}")
-                                     for k, v in lines.items()}
-        if "by_kind_missing" in obj:
-            peak["by_kind_missing"] = self.typed(obj, "by_kind_missing", str, place, "a string")
-        return peak
-
-    def kinds(self, obj: Any, place: str) -> dict[str, int]:
-        if (not isinstance(obj, dict) or not all(k in block_kinds.KINDS for k in obj)
-                or not all(type(v) is int for v in obj.values())):
-            raise self.fail(place, f"it is {_show(obj)}; expected {{kind: bytes}} with kinds "
-                            f"among {', '.join(block_kinds.KINDS)}")
-        return dict(obj)
+        return read_peak(self, obj, place)
 
     def curve(self, obj: Any, place: str) -> list[CurvePoint]:
         accepted = "[lineno, active, reserved, line_peak] (integers), then a callee's qualname"

@@ -28,8 +28,8 @@ KINDS = ("cuda", "cpu")
 
 __all__ = ["KINDS", "MECHANISM", "ProfiledCall", "Tracer", "allocated_at", "check_kind",
            "cpu_seeded", "cuda_push_unavailable", "field_table", "import_shim",
-           "install_thread_hook", "instances_of", "load_shim", "peaks_by_kind", "prepare",
-           "sample", "seed_cpu", "tag_blocks",
+           "install_thread_hook", "instances_of", "load_shim", "live_kinds", "peaks_by_kind", "prepare",
+           "sample", "seed_cpu", "set_module", "tag_blocks",
            "shim_capsule", "shim_fields", "shim_path"]
 
 
@@ -48,10 +48,25 @@ def tag_blocks(tracer: Tracer, kind: int, ptrs: Sequence[int], sizes: Sequence[i
     return _tracer.tag_blocks(tracer, kind, ptrs, sizes, only_from, back)
 
 
-def peaks_by_kind(tracer: Tracer) -> tuple[list[tuple[CodeType, Any]], Optional[str]]:
-    """Each function's peak with its tagged kinds (see _tracer.pyi), and why
-    the kinds are not exact (None: they are)."""
+def peaks_by_kind(tracer: Tracer) -> tuple[list[tuple[CodeType, Any]], Optional[str],
+                                           Optional[str]]:
+    """Each function's peak with its tagged kinds and modules (see
+    _tracer.pyi), why the kinds are not exact and why the modules are not
+    (None: they are)."""
     return _tracer.peaks_by_kind(tracer)
+
+
+def live_kinds(tracer: Tracer, code: CodeType) -> Optional[tuple[tuple[tuple[int, ...], ...],
+                                                                   dict[int, int]]]:
+    """The tagged kinds of what is alive now around ``code``'s latest call,
+    (before, during, other threads, after) each in kind order, and what each
+    module made during it (see _tracer.pyi); None where not known."""
+    return _tracer.live_kinds(tracer, code)
+
+
+def set_module(number: int) -> None:
+    """The calling thread runs module ``number`` (0: none) from now on."""
+    _tracer.set_module(number)
 
 
 def instances_of(cls: type[_T]) -> list[_T]:

@@ -17,7 +17,7 @@ attrib_call_release(AttribCall *c)
 {
     while (c != NULL && --c->refs == 0) {
         AttribCall *parent = c->parent;
-        free(c->open);
+        attrib_open_free(c->open);
         free(c);
         c = parent;
     }
@@ -170,7 +170,7 @@ attrib_detach(Attrib *a)
     while (a->open != NULL) {
         AttribCall *c = a->open;
         a->open = c->open->next_open;
-        free(c->open);
+        attrib_open_free(c->open);
         c->open = NULL;
         attrib_call_release(c);
     }
@@ -310,7 +310,7 @@ attrib_pop(Attrib *a, AttribCall *c)
                 *top = a->tops[--a->n_tops];
             }
         }
-        free(op);
+        attrib_open_free(op);
         attrib_call_release(c);
     }
     attrib_unlock();

@@ -84,6 +84,11 @@ typedef struct AttribPeak {
     int64_t kbefore[ATTRIB_TAGGED];
     int64_t kother[ATTRIB_TAGGED];
     int64_t *klive;
+    /* Modules (attrib_modules.c): what each module made (while it was the
+     * innermost running on the allocating thread) still alive then; its own
+     * allocation, n_mods long, NULL for none. */
+    int64_t *mheld;
+    int n_mods;
     int first_line;
     int n_slots;
     int64_t held[];        /* n_slots: made on each line, still alive */
@@ -134,6 +139,7 @@ typedef struct Attrib {
     int64_t unsized_adopted; /* a freed adopted block's assumed size, or -1 */
     const char *kinds_inexact; /* why the kinds are not exact, or NULL */
     int64_t ktotal[ATTRIB_TAGGED]; /* live tagged bytes by kind */
+    const char *modules_inexact; /* why the modules are not exact, or NULL */
     LineTable **peaks;     /* Owned array, borrowed tables: those whose
                               peaks this attach took (retroactive tags) */
     int n_peaks;
@@ -187,6 +193,21 @@ void attrib_peak_clear(LineTable *table, int forget_calls);
  * caller frees it with free()), or -1 when memory ran out.  O(live blocks). */
 int attrib_live_now(const Attrib *a, const LineTable *table, AttribLive **out);
 
+/* The tagged kinds and the modules of what is alive now around the table's
+ * latest Call, split as attrib_live_now splits it (attrib_live_kinds.c):
+ * known 0 where that has no figures; mods (Owned, the caller frees it):
+ * n_mods long, what each module made during the Call.  -1 when memory ran
+ * out.  GIL held, O(live blocks). */
+enum { ATTRIB_LIVE_BEFORE, ATTRIB_LIVE_DURING, ATTRIB_LIVE_OTHER, ATTRIB_LIVE_AFTER,
+       ATTRIB_LIVE_PLACES };
+typedef struct {
+    int known;
+    int64_t kinds[ATTRIB_LIVE_PLACES][ATTRIB_TAGGED];
+    int64_t *mods;
+    int n_mods;
+} AttribLiveKinds;
+int attrib_live_kinds(const Attrib *a, const LineTable *table, AttribLiveKinds *out);
+
 /* The table of followed blocks now: live blocks in it, and its slots (the
  * host memory it holds is the slots'). */
 void attrib_table_size(const Attrib *a, size_t *used, size_t *capacity);
@@ -214,6 +235,14 @@ Py_ssize_t attrib_tag(Attrib *a, int kind, int only_from, int back, const uintpt
 
 /* Why the tagged kinds are not exact, or NULL. */
 const char *attrib_kinds_missing(const Attrib *a);
+
+/* The module (a number Python gives, 0: none) the calling thread runs now:
+ * blocks it makes are charged to it (attrib_modules.c).  Any thread. */
+void attrib_set_module(int module);
+/* Why the modules are not exact, or NULL. */
+const char *attrib_modules_missing(const Attrib *a);
+/* A table's peak and what it owns (linetable_free). */
+void attrib_peak_free(AttribPeak *p);
 
 /* What the source calls per allocation (memlab_alloc_listener). */
 int attrib_listener(const char *source, int device, uintptr_t ptr, int64_t size, int event);

@@ -51,6 +51,7 @@ attrib_flush_peak(AttribPeak *p)
     /* Tags and frees flush first: until then only untagged blocks came. */
     memcpy(p->kbefore, op->kbefore, sizeof p->kbefore);
     memcpy(p->kother, op->kother, sizeof p->kother);
+    attrib_module_flush(p, op);
     p->pending = NULL;
 }
 
@@ -120,6 +121,9 @@ on_free(Attrib *a, uintptr_t ptr, int64_t size)
         if (c->open != NULL) {
             c->open->live[slot_of(c->open, line)] -= size;
             c->open->mark = mark;
+            if (b->module > 0 && b->module < c->open->n_mods) {
+                c->open->mlive[b->module] -= size;
+            }
         }
         AttribPeak *p = c->table->peak;
         int k = (int)(c->call & 1);
@@ -176,6 +180,9 @@ charge(Attrib *a, const AttribBlock *b, uint64_t seq, int64_t size)
         if (c->open != NULL) {
             c->open->live[slot_of(c->open, l)] += size;
             c->open->mark = mark;
+            if (b->module > 0) {
+                attrib_module_add(a, c->open, b->module, size);
+            }
         }
         keep_made(a, c, l, size);
     }
@@ -189,6 +196,9 @@ charge(Attrib *a, const AttribBlock *b, uint64_t seq, int64_t size)
         else {
             o->open->other += size;
         }
+    }
+    if (b->kind != ATTRIB_UNTAGGED) {
+        attrib_kinds_charge(a, b);      /* tagged before its size came */
     }
     for (AttribCall *o = a->open; o != NULL; o = o->open->next_open) {
         attrib_snapshot_if_higher(a, o);
@@ -219,7 +229,7 @@ on_sized(Attrib *a, uintptr_t ptr, int64_t size)
     if (b == NULL) {
         /* Its slot could not be made (failed), or it was made before we
          * attached beside another tracer: alive, with no line. */
-        AttribBlock none = {ptr, 0, 0, NULL, -1, ATTRIB_UNTAGGED, 0, 0};
+        AttribBlock none = {ptr, 0, 0, NULL, -1, ATTRIB_UNTAGGED, 0, 0, 0};
         charge(a, &none, 0, size);
         return;
     }
@@ -267,7 +277,7 @@ on_alloc(Attrib *a, uint64_t thread, uintptr_t ptr, int64_t size)
     }
     AttribBlock made = {ptr, 0, ++a->seq, call,
                         call != NULL ? __atomic_load_n(&call->line, __ATOMIC_RELAXED) : -1,
-                        ATTRIB_UNTAGGED, 0, 0};
+                        ATTRIB_UNTAGGED, 0, 0, call != NULL ? attrib_module_now() : 0};
     AttribBlock *b = attrib_blocks_add(a, ptr);
     if (b == NULL) {
         a->failed = 1;     /* its free will count as "before": say so */

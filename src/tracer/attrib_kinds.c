@@ -79,6 +79,12 @@ attrib_kinds_free(Attrib *a, const AttribBlock *b)
     move_in_calls(a, b, b->kind, ATTRIB_UNTAGGED);
 }
 
+void
+attrib_kinds_charge(Attrib *a, const AttribBlock *b)
+{
+    move_in_calls(a, b, ATTRIB_UNTAGGED, b->kind);
+}
+
 /* Where block b was counted in peak p (of `table`): its line's kinds when
  * its chain passes through the peak's Call (mapped as attrib_flush_peak
  * maps the Call's slots; NULL where that drops the line), else before or
@@ -142,10 +148,16 @@ tag_one(Attrib *a, uintptr_t ptr, int64_t size, int kind, int only_from, int bac
             a->kinds_inexact = "memory ran out while tagging blocks";
             return 0;
         }
-        *b = (AttribBlock){ptr, size, 0, NULL, -1, ATTRIB_UNTAGGED, 1, 0};
+        *b = (AttribBlock){ptr, size, 0, NULL, -1, ATTRIB_UNTAGGED, 1, 0, 0};
     }
-    if (b->size <= 0 || b->kind == kind || (only_from >= 0 && b->kind != only_from)) {
+    if (b->kind == kind || (only_from >= 0 && b->kind != only_from)) {
         return 0;
+    }
+    if (b->size <= 0) {
+        /* Its size comes at the source's next event (CUDA): counted as this
+         * kind from then (charge); no peak held it before. */
+        b->kind = (uint8_t)kind;
+        return 1;
     }
     int from = b->kind;
     move_in_calls(a, b, from, kind);

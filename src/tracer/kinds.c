@@ -162,8 +162,28 @@ peak_lines(const AttribPeak *p, PyObject *held, PyObject *kinds)
     return 0;
 }
 
+/* {module: bytes} of a peak's non-zero modules; NULL with an exception. */
+static PyObject *
+peak_modules(const AttribPeak *p)
+{
+    PyObject *modules = PyDict_New();
+    for (int m = 1; modules != NULL && m < p->n_mods; m++) {
+        if (p->mheld[m] == 0) {
+            continue;
+        }
+        PyObject *k = PyLong_FromLong(m);
+        PyObject *v = PyLong_FromLongLong(p->mheld[m]);
+        if (k == NULL || v == NULL || PyDict_SetItem(modules, k, v) < 0) {
+            Py_CLEAR(modules);
+        }
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+    }
+    return modules;
+}
+
 /* (bytes, lineno, call, before, other, {lineno: held}, before's tagged kinds,
- * other's, {lineno: tagged kinds}); NULL with an exception. */
+ * other's, {lineno: tagged kinds}, {module: bytes}); NULL with an exception. */
 static PyObject *
 peak_row(const AttribPeak *p)
 {
@@ -172,16 +192,33 @@ peak_row(const AttribPeak *p)
     PyObject *kinds = PyDict_New();
     PyObject *before = kinds_tuple(p->kbefore);
     PyObject *other = kinds_tuple(p->kother);
-    if (held && kinds && before && other && peak_lines(p, held, kinds) == 0) {
-        row = Py_BuildValue("(LiLLLOOOO)", (long long)p->bytes, p->line, (long long)p->call,
+    PyObject *modules = peak_modules(p);
+    if (held && kinds && before && other && modules && peak_lines(p, held, kinds) == 0) {
+        row = Py_BuildValue("(LiLLLOOOOO)", (long long)p->bytes, p->line, (long long)p->call,
                             (long long)p->before, (long long)p->other, held, before, other,
-                            kinds);
+                            kinds, modules);
     }
     Py_XDECREF(held);
     Py_XDECREF(kinds);
     Py_XDECREF(before);
     Py_XDECREF(other);
+    Py_XDECREF(modules);
     return row;
+}
+
+PyObject *
+memlab_set_module(PyObject *module, PyObject *arg)
+{
+    long m = PyLong_AsLong(arg);
+    if (m == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (m < 0 || m > INT32_MAX) {
+        return PyErr_Format(PyExc_ValueError, "set_module(%ld): expected a module number "
+                            "from 0 (none) to %d", m, INT32_MAX);
+    }
+    attrib_set_module((int)m);
+    Py_RETURN_NONE;
 }
 
 PyObject *
@@ -208,6 +245,51 @@ memlab_peaks_by_kind(PyObject *module, PyObject *obj)
         return NULL;
     }
     const char *why = attrib_kinds_missing(&t->attrib);
-    PyObject *ret = why ? Py_BuildValue("(Ns)", peaks, why) : Py_BuildValue("(NO)", peaks, Py_None);
+    const char *mods = attrib_modules_missing(&t->attrib);
+    return Py_BuildValue("(NNN)", peaks, why ? PyUnicode_FromString(why) : Py_NewRef(Py_None),
+                         mods ? PyUnicode_FromString(mods) : Py_NewRef(Py_None));
+}
+
+PyObject *
+memlab_live_kinds(PyObject *module, PyObject *args)
+{
+    PyObject *obj, *code, *ret = NULL, *places = NULL, *mods = NULL;
+    if (!PyArg_ParseTuple(args, "OO:live_kinds", &obj, &code)) {
+        return NULL;
+    }
+    TracerObject *t = as_tracer(module, obj, "live_kinds");
+    if (t == NULL) {
+        return NULL;
+    }
+    LineTable *table = PyCode_Check(code) ? codemap_get(&t->codes, code) : NULL;
+    if (table == NULL) {
+        return PyErr_Format(PyExc_ValueError, "live_kinds(): %R is not a code object "
+                            "registered with this tracer", code);
+    }
+    AttribLiveKinds live;
+    if (attrib_live_kinds(&t->attrib, table, &live) < 0) {
+        return PyErr_NoMemory();
+    }
+    if (!live.known || t->attrib_moved) {
+        free(live.mods);
+        Py_RETURN_NONE;
+    }
+    places = PyTuple_New(ATTRIB_LIVE_PLACES);
+    for (int i = 0; places != NULL && i < ATTRIB_LIVE_PLACES; i++) {
+        PyObject *k = kinds_tuple(live.kinds[i]);
+        if (k == NULL) {
+            Py_CLEAR(places);
+            break;
+        }
+        PyTuple_SET_ITEM(places, i, k);
+    }
+    AttribPeak modules_only = {.mheld = live.mods, .n_mods = live.n_mods};
+    mods = places ? peak_modules(&modules_only) : NULL;
+    if (mods != NULL) {
+        ret = PyTuple_Pack(2, places, mods);
+    }
+    Py_XDECREF(places);
+    Py_XDECREF(mods);
+    free(live.mods);
     return ret;
 }

@@ -89,6 +89,11 @@ static PyMethodDef module_methods[] = {
     {"peaks_by_kind", memlab_peaks_by_kind, METH_O,
      "peaks_by_kind(tracer): ([(code, peak with tagged kinds or None)], why the kinds are "
      "not exact or None)."},
+    {"live_kinds", memlab_live_kinds, METH_VARARGS,
+     "live_kinds(tracer, code): the tagged kinds and modules of what is alive now around "
+     "code's latest call, or None."},
+    {"set_module", memlab_set_module, METH_O,
+     "set_module(n): the calling thread runs module n (0: none) from now on."},
     {"_shutdown", shutdown, METH_NOARGS, "Disable every tracer (atexit)."},
     {NULL, NULL, 0, NULL},
 };

@@ -15,16 +15,16 @@ pytest.importorskip("pytorch_memlab._torchshim")
 import pytorch_memlab  # noqa: E402
 from pytorch_memlab import LineProfiler, load, profile_every  # noqa: E402
 from pytorch_memlab.line_profiler import SCHEMA_VERSION, SavedProfile  # noqa: E402
-from pytorch_memlab.records.model import PEAK_KEYS  # noqa: E402
 
 from helpers import MiB, code_line  # noqa: E402
 COLUMNS = ("active_bytes.all.peak", "reserved_bytes.all.peak", "allocation.all.allocated",
            "active_bytes.all.current")
 
 
-# the CSV's cells of what was alive at the peak (schema version 4)
+# the CSV's cells of what was alive at the peak (schema version 4), then its
+# kinds and modules as one cell of JSON (version 6)
 PEAK = ("held_at_peak", "peak.bytes", "peak.lineno", "peak.call", "peak.before_call",
-        "peak.other_threads")
+        "peak.other_threads", "peak.kinds")
 
 def work():
     x = torch.empty(262144)
@@ -66,14 +66,9 @@ def prof():
 
 
 def _no_curve(records):
-    """The records as dicts without the curve and the peak's kinds, which a
-    CSV does not carry."""
-    dicts = [{k: v for k, v in r.to_dict().items() if k not in ("curve", "curve_of")}
-             for r in records]
-    for d in dicts:
-        if "peak" in d:
-            d["peak"] = {k: d["peak"][k] for k in PEAK_KEYS}
-    return dicts
+    """The records as dicts without the curve, which a CSV does not carry."""
+    return [{k: v for k, v in r.to_dict().items() if k not in ("curve", "curve_of")}
+            for r in records]
 
 
 @pytest.mark.parametrize("ext", ["json", "csv"])
@@ -137,7 +132,7 @@ def test_json_schema(prof, tmp_path):
                                          "held_at_peak"}
     assert set(record["peak"]) == {"bytes", "lineno", "call", "before_call", "other_threads",
                                    "by_kind", "before_call_by_kind", "other_threads_by_kind",
-                                   "lines_by_kind"}
+                                   "lines_by_kind", "by_module"}
     first = lines["x = torch.empty(262144)"]
     assert first["count"] == 2 and first["net_growth"] == 2 * MiB
     assert first["allocation.all.allocated"] == 2            # a counter: summed

@@ -38,7 +38,8 @@ def run(*funcs):
         funcs[0]()
     finally:
         t.disable()
-    peaks, missing = _tracer.peaks_by_kind(t)
+    peaks, missing, modules_missing = _tracer.peaks_by_kind(t)
+    assert modules_missing is None
     return {code: peak for code, peak in peaks}, missing
 
 
@@ -59,7 +60,7 @@ def after_the_peak():
 def test_a_tag_reaches_back_to_the_peak_and_a_block_from_before_is_taken_in():
     block(0x100, MiB)
     peaks, missing = run(after_the_peak)
-    size, lineno, call, before, other, held, kbefore, kother, klines = \
+    size, lineno, call, before, other, held, kbefore, kother, klines, modules = \
         peaks[after_the_peak.__code__]
     assert missing is None
     assert (size, lineno, before, other) == (13 * MiB, line_of(after_the_peak, "# temporary"),
@@ -85,7 +86,7 @@ def saved_then_released():
 
 def test_a_tag_from_now_on_leaves_the_earlier_peaks_alone():
     peaks, missing = run(saved_then_released)
-    size, lineno, *_, klines = peaks[saved_then_released.__code__]
+    size, lineno, *_, klines, modules = peaks[saved_then_released.__code__]
     assert (size, lineno) == (6 * MiB, line_of(saved_then_released, "# higher peak"))
     assert all(not kinds(k) for k in klines.values())       # no longer saved at that one
     assert missing is None
@@ -104,7 +105,7 @@ def first_peak_only():
 
 def test_a_peak_keeps_the_kind_it_was_told_once_a_block_changed_from_now_on():
     peaks, missing = run(first_peak_only)
-    *_, klines = peaks[first_peak_only.__code__]
+    *_, klines, modules = peaks[first_peak_only.__code__]
     assert {n: kinds(k) for n, k in klines.items()} == \
         {line_of(first_peak_only, "# saved"): {SAVED: 2 * MiB}}
     assert missing is None
@@ -138,7 +139,7 @@ def too_large():
 def test_a_storage_larger_than_what_was_alive_before_is_not_taken_in():
     block(0x100, MiB)
     peaks, missing = run(too_large)
-    *_, kbefore, kother, klines = peaks[too_large.__code__]
+    *_, kbefore, kother, klines, modules = peaks[too_large.__code__]
     assert not kinds(kbefore) and "not one the memory source counts" in missing
     block(0x100, -MiB)
 
@@ -158,10 +159,10 @@ def outer():
 
 def test_nested_calls_see_a_tag_on_their_own_lines():
     peaks, missing = run(outer, inner)
-    *_, klines = peaks[outer.__code__]
+    *_, klines, modules = peaks[outer.__code__]
     assert {n: kinds(k) for n, k in klines.items()} == \
         {line_of(outer, "# calls inner"): {GRADIENT: MiB}}
-    *_, klines = peaks[inner.__code__]
+    *_, klines, modules = peaks[inner.__code__]
     before = peaks[inner.__code__][3]
     assert before == 2 * MiB
     assert {n: kinds(k) for n, k in klines.items()} == \
@@ -180,3 +181,59 @@ def test_bad_arguments_are_refused_with_what_is_accepted():
     with pytest.raises(TypeError, match="takes a Tracer"):
         _tracer.peaks_by_kind(object())
     assert _tracer.tag_blocks(t, 1, [1], [1]) == 0            # not enabled: nothing to tag
+
+
+def in_modules():
+    _tracer.set_module(7)
+    block(0x1000, MiB)                              # module 7
+    _tracer.set_module(3)
+    block(0x2000, 2 * MiB)                          # module 3
+    block(0x3000, 4 * MiB); block(0x3000, -4 * MiB)  # module 3, freed
+    _tracer.set_module(0)
+    block(0x4000, MiB)                              # no module
+    block(0x1000, -MiB); block(0x2000, -2 * MiB); block(0x4000, -MiB)
+    return 0
+
+
+def test_blocks_are_charged_to_the_module_the_thread_runs():
+    peaks, missing = run(in_modules)
+    size, lineno, *_, modules = peaks[in_modules.__code__]
+    assert (size, lineno) == (7 * MiB, line_of(in_modules, "# module 3, freed"))
+    assert modules == {7: MiB, 3: 6 * MiB}
+    peaks, missing = run(in_modules)                # the same from a later enable
+    assert peaks[in_modules.__code__][-1] == {7: MiB, 3: 6 * MiB}
+    with pytest.raises(ValueError, match="expected a module number"):
+        _tracer.set_module(-1)
+
+
+def made_then_left():
+    _tracer.set_module(2)
+    block(0x1000, MiB)                              # module 2, tagged
+    tag(GRADIENT, 0x1000)
+    _tracer.set_module(0)
+    block(0x2000, 2 * MiB)                          # no module
+    return 0
+
+
+def test_what_is_alive_now_by_kind_and_module():
+    block(0x100, MiB)                               # before: tagged inside
+    t = _tracer.Tracer(_testsource.deferred_source, 0, ["bytes.peak"],
+                       growth_field="bytes.current")
+    t.add_code(made_then_left.__code__)
+    TRACER.append(t)
+    t.enable()
+    tag(PARAMETER, 0x100, MiB)
+    made_then_left()
+    block(0x3000, MiB)                              # after the call
+    tag(SAVED, 0x3000)                              # before its size came: counted once it does
+    block(0x4000, 16)                               # the source's next event sizes it
+    places, modules = _tracer.live_kinds(t, made_then_left.__code__)
+    t.disable()
+    before, during, other, after = (kinds(p) for p in places)
+    assert (before, during, other, after) == ({PARAMETER: MiB}, {GRADIENT: MiB}, {},
+                                              {SAVED: MiB})
+    assert modules == {2: MiB}
+    assert _tracer.live_kinds(t, made_then_left.__code__) is None      # disabled
+    for ptr, size in ((0x100, MiB), (0x1000, MiB), (0x2000, 2 * MiB), (0x3000, MiB),
+                      (0x4000, 16)):
+        block(ptr, -size)
