@@ -77,6 +77,43 @@ def allocated_at(source: str, device: int, ptr: int, /) -> tuple[CodeType, int] 
     tracer was enabled, or not a live block's start.  Read-only.
     ValueError for a ``ptr`` that is no address."""
 
+TAGGED_KINDS: int
+"""How many kinds tag_blocks takes (numbered from 1)."""
+
+def tag_blocks(tracer: Tracer, kind: int, ptrs: Sequence[int], sizes: Sequence[int],
+               only_from: int = -1, back: bool = True, /) -> int:
+    """Tag the live blocks of ``tracer``'s device at ``ptrs`` as ``kind`` (1 to
+    TAGGED_KINDS; 0 untags): their bytes count as that kind in every open
+    call and, with ``back``, at every peak of this enable() they were alive
+    at (without: from now on only, a role that ended).  ``only_from`` >= 0:
+    only blocks of that kind now (0: untagged ones).  A block made before the
+    tracer was enabled is taken in with ``sizes[i]`` bytes, as alive before
+    every call, where that fits the untagged bytes alive before each; else
+    the kinds are marked not exact.  Returns how many blocks changed kind."""
+
+def peaks_by_kind(tracer: Tracer, /) -> tuple[list[tuple[CodeType, tuple[
+        int, int, int, int, int, dict[int, int], tuple[int, ...], tuple[int, ...],
+        dict[int, tuple[int, ...]], dict[int, int]] | None]], str | None, str | None]:
+    """``Tracer.peaks()`` with the tagged kinds and the modules: each peak is
+    ``(bytes, lineno, call, before_call, other_threads, {lineno: held},
+    before's tagged bytes, other threads', {lineno: a line's tagged bytes},
+    {module: bytes})``, the tagged bytes in kind order (TAGGED_KINDS each;
+    the untagged rest of each part is not tagged), the modules' what each
+    made during the call (set_module), still alive.  Then why the kinds are
+    not exact and why the modules are not, or None."""
+
+def live_kinds(tracer: Tracer, code: CodeType, /) -> tuple[tuple[tuple[int, ...], ...],
+                                                          dict[int, int]] | None:
+    """Beside ``Tracer.live_by_line(code)``: the tagged bytes alive now
+    before the latest call of ``code``, made during it, made by other threads
+    during it, made after it (each in kind order, TAGGED_KINDS long), and
+    ``{module: bytes}`` of what each module made during it.  None where
+    live_by_line has no figures."""
+
+def set_module(number: int, /) -> None:
+    """The calling thread runs module ``number`` (0: none) from now on:
+    blocks it makes are charged to it."""
+
 def instances_of(cls: type[_T], /) -> list[_T]:
     """The objects the garbage collector tracks whose type is ``cls`` or a
     subclass of it (type slots only: no object's code runs)."""

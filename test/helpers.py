@@ -55,7 +55,28 @@ def checked_peak(record, column="active_bytes.all.peak"):
     assert sum(held.values()) + peak["before_call"] + peak["other_threads"] == peak["bytes"]
     assert peak["bytes"] == max(line[column] for line in record["lines"]
                                 if line[column] is not None)
+    if "by_kind" in peak:
+        check_kinds(peak, held)
     return peak, held
+
+
+def check_kinds(peak, held):
+    """A peak's kinds sum exactly: each part's to that part (before the call,
+    other threads, each line's held bytes), and by_kind to the peak."""
+    assert sum(peak["by_kind"].values()) == peak["bytes"]
+    assert sum(peak["before_call_by_kind"].values()) == peak["before_call"]
+    assert sum(peak["other_threads_by_kind"].values()) == peak["other_threads"]
+    # (keyed by line numbers as strings in a record's to_dict(), as in the JSON)
+    assert {int(n): sum(k.values()) for n, k in peak["lines_by_kind"].items()} == \
+        {n: b for n, b in held.items() if b}
+    total = {}
+    parts = [peak["before_call_by_kind"], peak["other_threads_by_kind"],
+             *peak["lines_by_kind"].values()]
+    for part in parts:
+        assert all(size > 0 for size in part.values())
+        for kind, size in part.items():
+            total[kind] = total.get(kind, 0) + size
+    assert total == peak["by_kind"]
 
 
 def line_figures(prof, func, text, device=None):

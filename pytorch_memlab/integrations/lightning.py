@@ -39,6 +39,8 @@ def _callback_bases() -> tuple[type, ...]:
 
 _Bases = _callback_bases()
 METRICS = ("memlab/peak_active_bytes", "memlab/peak_reserved_bytes")
+# then memlab/peak/<kind>: the bytes of each kind at the step's peak (kinds.names)
+KIND_METRIC = "memlab/peak/"
 
 
 class MemlabCallback(*_Bases):  # type: ignore[misc]  # a base per installed package
@@ -59,7 +61,10 @@ class MemlabCallback(*_Bases):  # type: ignore[misc]  # a base per installed pac
     optimizer from its one line, so its table shows the peak of the whole step.
     Each training step's peaks of active and reserved bytes (the highest line
     figures of the profiled functions in that step) are logged as
-    ``memlab/peak_active_bytes`` and ``memlab/peak_reserved_bytes``.  Each
+    ``memlab/peak_active_bytes`` and ``memlab/peak_reserved_bytes``, and
+    the kinds at the highest peak of a profiled function in it as
+    ``memlab/peak/<kind>`` (``memlab/peak/optimizer_state``...: bytes of each
+    kind present, see pytorch_memlab.kinds).  Each
     training step is one call of the functions that ran in it (the calls,
     the first step apart from the later ones, the lines that grow every
     step, the step that reached the peak); the tables of Lightning's own
@@ -93,8 +98,11 @@ class MemlabCallback(*_Bases):  # type: ignore[misc]  # a base per installed pac
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         peak = self.steps.end_step() if self.steps is not None else None
-        if peak is not None:
-            for name, value in zip(METRICS, peak):
+        if peak is not None and self.steps is not None:
+            logged = dict(zip(METRICS, peak))
+            logged.update((f"{KIND_METRIC}{kind}", size)
+                          for kind, size in self.steps.kinds[-1].items())
+            for name, value in logged.items():
                 # float64 holds byte counts exactly (Lightning would make an int float32)
                 pl_module.log(name, torch.tensor(float(value), dtype=torch.float64),
                               on_step=True, on_epoch=False)

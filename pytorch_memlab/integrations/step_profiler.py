@@ -156,6 +156,9 @@ class StepProfiler:
         self.steps = 0
         self.window_start = 1
         self.peaks: list[StepPeak] = []                # one per step, in order
+        # with each of peaks: the kinds at the highest peak of a profiled function
+        # in that step ({kind: bytes}; {} where not known)
+        self.kinds: list[dict[str, int]] = []
         self.done = False
         self.loose_postmortem: Optional[dict[str, Any]] = None   # see fail()
         self.profiler.enable()
@@ -184,6 +187,14 @@ class StepProfiler:
         return StepPeak(max(line.figures.get(ACTIVE) or 0 for line in lines),
                         max(line.figures.get(RESERVED) or 0 for line in lines))
 
+    def _step_kinds(self, records: Sequence[FunctionRecord]) -> dict[str, int]:
+        """``by_kind`` of the highest peak of the profiled functions in one
+        step, on the first device; {} where none is known."""
+        device = self.profiler.devices[0]
+        peaks = [r.peak for r in records
+                 if r.device == device and r.peak is not None and r.peak.get("by_kind")]
+        return dict(max(peaks, key=lambda p: p["bytes"])["by_kind"]) if peaks else {}
+
     def end_step(self) -> Optional[StepPeak]:
         """A training step ended: its peak (None if no profiled function ran,
         or once the fit ended), and every ``every_n_steps`` the tables of
@@ -191,10 +202,12 @@ class StepProfiler:
         if self.done:
             return None
         self.profiler._record_execution()      # the timeline: memory after each step
-        peak = self._step_peak(self._take())
+        records = self._take()
+        peak = self._step_peak(records)
         self.steps += 1
         if peak is not None:
             self.peaks.append(peak)
+            self.kinds.append(self._step_kinds(records))
         if self.every_n_steps is not None and self.steps % self.every_n_steps == 0:
             if self.rank is None or self.rank.rank == 0:
                 self._print(self.window, f"training steps {self.window_start}-{self.steps}")

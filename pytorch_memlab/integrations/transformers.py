@@ -25,6 +25,8 @@ except ImportError as exc:
                       "transformers accelerate)") from exc
 
 METRICS = ("memlab_peak_active_bytes", "memlab_peak_reserved_bytes")
+# then memlab/peak/<kind>: the bytes of each kind at the highest step's peak (kinds.names)
+KIND_METRIC = "memlab/peak/"
 FRAMEWORK = ("transformers", "accelerate")
 
 
@@ -61,7 +63,9 @@ class MemlabTrainerCallback(TrainerCallback):  # type: ignore[misc]  # transform
     functions over the steps since the previous log: the forward and backward
     passes, not the optimizer's step, which the Trainer runs outside
     ``training_step``) join the logs, and
-    ``trainer.state.log_history``.  Each training step is one call of the
+    ``trainer.state.log_history``, with ``memlab/peak/<kind>``: the bytes of
+    each kind at the highest peak of a profiled function in the step that
+    reached the highest (see pytorch_memlab.kinds).  Each training step is one call of the
     functions that ran in it (the calls, the first step apart from the later
     ones, the lines that grow every step, the step that reached the peak);
     the tables of the Trainer's and transformers' own methods leave out
@@ -80,6 +84,7 @@ class MemlabTrainerCallback(TrainerCallback):  # type: ignore[misc]  # transform
                                        every_n_steps, save, html)
         self.steps: Optional[StepProfiler] = None     # the run being profiled
         self._since_log: list[tuple[int, int]] = []   # step peaks not logged yet
+        self._kinds_since_log: list[dict[str, int]] = []   # and their kinds
         self._guarded: list[tuple[Any, str]] = []     # (trainer, method) wrapped
         self._train_guarded = False   # Trainer(callbacks=[...]): train() itself is
 
@@ -129,21 +134,28 @@ class MemlabTrainerCallback(TrainerCallback):  # type: ignore[misc]  # transform
             self._guard(trainer, "training_step")
         world = (args.world_size, args.process_index, args.local_process_index)
         self._since_log = []
+        self._kinds_since_log = []
         functions = [model.forward, *self.options.resolve(owner, model, "the model")]
         self.steps = self.options.start(owner, world, args.device, type(trainer).training_step,
                                         functions, FRAMEWORK)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         peak = self.steps.end_step() if self.steps is not None else None
-        if peak is not None:
+        if peak is not None and self.steps is not None:
             self._since_log.append(peak)
+            self._kinds_since_log.append(self.steps.kinds[-1])
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Optional[dict[str, Any]] = None,
                **kwargs: Any) -> None:
         if not self._since_log or logs is None:
             return
-        peaks = dict(zip(METRICS, map(max, zip(*self._since_log))))
+        peaks: dict[str, int] = dict(zip(METRICS, map(max, zip(*self._since_log))))
+        # the kinds of the step with the highest peak since the last log
+        highest = max(range(len(self._since_log)), key=lambda i: self._since_log[i][0])
+        peaks.update((f"{KIND_METRIC}{kind}", size)
+                     for kind, size in self._kinds_since_log[highest].items())
         self._since_log = []
+        self._kinds_since_log = []
         logs.update(peaks)
         # the Trainer appended its copy of ``logs`` to the history before calling us
         if state.log_history and all(state.log_history[-1].get(k) == v

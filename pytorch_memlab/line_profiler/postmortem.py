@@ -15,7 +15,8 @@ prints after the line table (``reports.postmortem_text``, which needs no torch):
      "largest_free_block_bytes": ...,            # CUDA: largest inactive block
      "tensors": [{"name", "kind", "dtype", "shape", "bytes", "line"}, ...],   # top 10
      "live_by_line": {"bytes", "call", "before_call", "other_threads",
-                      "after_call", "lines": [{"lineno", "bytes"}, ...]},
+                      "after_call", "lines": [{"lineno", "bytes"}, ...],
+                      "by_kind": {...}, "by_module": {...}},   # since version 6
      "hints": ["..."]}
 
 On CUDA, ``requested_bytes`` is what the allocator tried to reserve for the
@@ -36,8 +37,12 @@ call of the innermost profiled function: ``lines``, what each of its lines
 made during that call (callees included) and still alive, in line order;
 ``before_call``, alive before that call began; ``other_threads``, made by
 other threads during it; ``after_call``, made after it ended, before these
-figures were read.  ``bytes`` is their sum.  The profiler reads it through
-``capture``'s ``live``, before it switches its tracer off.
+figures were read.  ``bytes`` is their sum.  ``by_kind`` (schema version 6,
+where exact) splits ``bytes`` by kind as a peak's ``by_kind`` does (before
+the call: input; made during it: temporary; other threads and after it:
+other; see ``pytorch_memlab.kinds``), ``by_module`` the lines' bytes by the
+module that made them.  The profiler reads it through ``capture``'s
+``live``, before it switches its tracer off.
 """
 from __future__ import annotations
 
@@ -52,6 +57,7 @@ import torch
 
 from ..common.devices import device_matches
 from ..common.frames import frame_tensors, is_own_frame
+from ..kinds.breakdown import live_kinds
 
 TOP = 10
 _CPU_OOM = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes")
@@ -236,7 +242,7 @@ def _live_tensors(exc: BaseException, device: str) -> list[dict[str, Any]]:
 # Reads, for a device label, what is alive now around the failing call:
 # (bytes, call, before_call, other_threads, after_call, {lineno: live}) or None
 # (tracers.TracerSet.live_by_line, bound to the failing function's code)
-LiveReader = Callable[[str], Optional[tuple[int, int, int, int, int, dict[int, int]]]]
+LiveReader = Callable[[str], Optional[tuple[int, int, int, int, int, dict[int, int], Any]]]
 
 
 def _live_by_line(live: LiveReader, pm: dict[str, Any]) -> Optional[dict[str, Any]]:
@@ -254,12 +260,16 @@ def _live_by_line(live: LiveReader, pm: dict[str, Any]) -> Optional[dict[str, An
     found = live(pm["device"])
     if found is None:
         return None
-    total, call, before, other, after, lines = found
+    total, call, before, other, after, lines, *rest = found   # then the kinds, if read
+    kinds = rest[0] if rest else None
     if total != pm["allocated_bytes"]:
         return None
-    return {"bytes": total, "call": call, "before_call": before, "other_threads": other,
-            "after_call": after,
-            "lines": [{"lineno": n, "bytes": lines[n]} for n in sorted(lines)]}
+    by_line: dict[str, Any] = {
+        "bytes": total, "call": call, "before_call": before, "other_threads": other,
+        "after_call": after, "lines": [{"lineno": n, "bytes": lines[n]} for n in sorted(lines)]}
+    if kinds is not None:
+        by_line.update(live_kinds(before, sum(lines.values()), other, after, *kinds))
+    return by_line
 
 
 # ---------------------------------------------------------------- entry points

@@ -8,6 +8,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Optional, Union
 
 from .. import sources
 from ..common.callables import compiled_by_dynamo, resolve_function
+from ..kinds import tagging
 from ..common.devices import DeviceArg, add_follower, note_cpu_fallback, resolve_devices
 from ..records.columns import ColumnsArg, normalize_columns, pick_columns
 from ..records.curve import DEFAULT_CURVE, CurveArg, check_curve
@@ -151,6 +152,7 @@ class LineProfiler:
         with self._lock:
             self._start()
             self._explicit = True
+            tagging.begin(self._tracers)
 
     def disable(self) -> None:
         """Stop profiling; lines still running are committed and no hook is
@@ -159,6 +161,7 @@ class LineProfiler:
         with self._lock:
             self._explicit = False
             if self._calls == 0:
+                tagging.end(self._tracers)
                 self._tracers.disable()
 
     def __enter__(self) -> "LineProfiler":
@@ -212,6 +215,8 @@ class LineProfiler:
                 self._called[id(code)] = self._called.get(id(code), 0) + 1
             if self._calls == 0 and not self.enabled and not self._shut_down:
                 self._start()
+            if self._calls == 0 and self.enabled:
+                tagging.begin(self._tracers)
             self._calls += 1
         self._depth.value = getattr(self._depth, "value", 0) + 1
 
@@ -225,6 +230,7 @@ class LineProfiler:
         with self._lock:
             self._calls -= 1
             if self._calls == 0 and not self._explicit:
+                tagging.end(self._tracers)
                 if not PARK_BETWEEN_CALLS:
                     self._tracers.disable()
         return bool(self._depth.value == 0)
@@ -236,6 +242,7 @@ class LineProfiler:
         with self._lock:
             self._shut_down = True
             self._explicit = False
+            tagging.end(self._tracers)
             self._tracers.disable()
 
     def _retarget(self, index: int) -> None:

@@ -5,8 +5,9 @@ exception that escaped the profiler through that line."""
 from __future__ import annotations
 
 import types
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
+from ..kinds.breakdown import peak_kinds, peak_modules
 from ..records.columns import PEAK_COLUMN
 from ..records.curve import CurveArg, CurveInfo, CurvePoint
 from ..records.model import GROWTH, FunctionRecord, LineRecord
@@ -65,13 +66,18 @@ def _start_level(calls: CallTable, recorded: Sequence[str]) -> Optional[dict[str
     return {"first_call": first, "later_calls": later_start}
 
 
-def _peak(found: Optional[PeakTuple]) -> tuple[Optional[dict[str, int]], Optional[dict[int, int]]]:
+def _peak(found: Optional[PeakTuple], kinds_missing: Optional[str],
+          modules_missing: Optional[str]
+          ) -> tuple[Optional[dict[str, Any]], Optional[dict[int, int]]]:
     """(record["peak"], held per line) of a tracer's peak tuple."""
     if found is None:
         return None, None
-    size, lineno, call, before, other, held = found
-    return ({"bytes": size, "lineno": lineno, "call": call, "before_call": before,
-             "other_threads": other}, held)
+    size, lineno, call, before, other, held, kbefore, kother, klines, modules = found
+    peak: dict[str, Any] = {"bytes": size, "lineno": lineno, "call": call,
+                            "before_call": before, "other_threads": other}
+    peak.update(peak_kinds(before, other, held, (kbefore, kother, klines), kinds_missing))
+    peak.update(peak_modules(sum(held.values()), modules, modules_missing))
+    return peak, held
 
 
 def _points(points: CurvePoints, names: dict[int, str]) -> list[CurvePoint]:
@@ -98,7 +104,8 @@ def build_records(entries: Sequence[FunctionEntry], labels: Sequence[str],
     none: CallTable = (0, False, {}, (None, ()))
     names = {id(code): entry.qualname for entry in entries for code in entry.codes}
     kept = [{id(code): found for code, found in device} for device in curves]
-    at_peak = [({id(code): found for code, found in device}, why) for device, why in peaks]
+    at_peak = [({id(code): found for code, found in device}, why, inexact, modules)
+               for device, why, inexact, modules in peaks]
     for entry in entries:
         for code in entry.codes:
             tables = [found.get(id(code), {}) for found in by_code]
@@ -107,8 +114,10 @@ def build_records(entries: Sequence[FunctionEntry], labels: Sequence[str],
             if not current and not any(tables) and id(code) not in raised:
                 continue
             for d, (device, table, called) in enumerate(zip(labels, tables, calls)):
-                found_peaks, why = at_peak[d] if d < len(at_peak) else ({}, "not recorded")
-                peak, held = _peak(found_peaks.get(id(code))) if why is None else (None, None)
+                found_peaks, why, inexact, modules = (at_peak[d] if d < len(at_peak)
+                                                      else ({}, "not recorded", None, None))
+                peak, held = (_peak(found_peaks.get(id(code)), inexact, modules)
+                              if why is None else (None, None))
                 record = FunctionRecord(
                     entry.qualname, code.co_filename, code.co_firstlineno, device, list(shown),
                     _lines(code, table, called, recorded, shown, raised.get(id(code), {}),

@@ -31,13 +31,19 @@ CallStats = list[tuple[types.CodeType, CallTable]]
 # kept curve; a point (lineno, active, reserved, peak, callee code or None)
 CurvePoints = list[tuple[int, int, int, int, Optional[types.CodeType]]]
 TracerCurves = list[tuple[types.CodeType, tuple[CurvePoints, int, int, int, int]]]
-# [(code, (bytes, lineno, call, before_call, other_threads, {lineno: held}) or None)]
-# and why there is no breakdown (None: there is): native Tracer.peaks()
-PeakTuple = tuple[int, int, int, int, int, dict[int, int]]
-TracerPeaks = tuple[list[tuple[types.CodeType, Optional[PeakTuple]]], Optional[str]]
+# [(code, (bytes, lineno, call, before_call, other_threads, {lineno: held}, before's
+# tagged kinds, other threads', {lineno: a line's}, {module: bytes}) or None)], why
+# there is no breakdown (None: there is), why its kinds and why its modules are not
+# exact: native peaks_by_kind()
+PeakTuple = tuple[int, int, int, int, int, dict[int, int], tuple[int, ...], tuple[int, ...],
+                  dict[int, tuple[int, ...]], dict[int, int]]
+TracerPeaks = tuple[list[tuple[types.CodeType, Optional[PeakTuple]]], Optional[str],
+                    Optional[str], Optional[str]]
 # (bytes, call, before_call, other_threads, after_call, {lineno: live}): native
-# Tracer.live_by_line(), what is alive now around a function's latest call
-LiveTuple = tuple[int, int, int, int, int, dict[int, int]]
+# Tracer.live_by_line(), what is alive now around a function's latest call; then
+# native.live_kinds() beside it, or None
+LiveKinds = Optional[tuple[tuple[tuple[int, ...], ...], dict[int, int]]]
+LiveTuple = tuple[int, int, int, int, int, dict[int, int], LiveKinds]
 
 
 class TracerSet:
@@ -119,7 +125,11 @@ class TracerSet:
         return [tracer.curves() for tracer in self.tracers]
 
     def peaks(self) -> list[TracerPeaks]:
-        return [(tracer.peaks(), tracer.peak_unavailable) for tracer in self.tracers]
+        found = []
+        for tracer in self.tracers:
+            peaks, kinds_missing, modules_missing = native.peaks_by_kind(tracer)
+            found.append((peaks, tracer.peak_unavailable, kinds_missing, modules_missing))
+        return found
 
     def live_by_line(self, code: types.CodeType, device: str) -> Optional[LiveTuple]:
         """What is alive now on ``device`` (a label) around the latest call
@@ -128,5 +138,8 @@ class TracerSet:
         for slot, where, tracer in zip(self.slots, self.labels(), self.tracers):
             if where == device and tracer.peak_unavailable is None:
                 sources.settle_blocks(slot.kind, tracer.device)
-                return tracer.live_by_line(code)
+                found = tracer.live_by_line(code)
+                if found is None:
+                    return None
+                return (*found, native.live_kinds(tracer, code))
         return None

@@ -1,10 +1,13 @@
 """The CSV file: one row per source line of every function and device, with
 the header ``qualname, filename, first_line, device, lineno, count,
-net_growth, <columns...>, <figures per call...>, <the peak...>, raised, code``;
-an empty cell is a null.  The peak (since schema version 4; ``PEAK_HEADER``) is
-the line's ``held_at_peak`` then the function's ``peak.<key>``; a file without
-it loads as not having recorded it.  Then the function's ``start_level.first_call``
-and ``start_level.later_calls`` (since schema version 5; ``START_HEADER``).  The figures per call (since schema version 3; ``call_header``) are
+net_growth, <columns...>, <figures per call...>, <the peak...>, <start levels...>,
+peak.kinds, raised, code``; an empty cell is a null.  The peak (since schema
+version 4; ``PEAK_HEADER``) is the line's ``held_at_peak`` then the function's
+``peak.<key>``; a file without it loads as not having recorded it.  Then the
+function's ``start_level.first_call`` and ``start_level.later_calls`` (since
+schema version 5; ``START_HEADER``).  The peak's kinds and modules (since schema
+version 6, ``KINDS_CELL``) are one cell of JSON, the other keys of ``peak``; a
+file without it loads without them.  The figures per call (since schema version 3; ``call_header``) are
 the function's ``calls``, the line's ``growth_per_call``, then
 ``first_call.<key>`` and ``later_calls.<key>`` for count, net_growth and each
 column; a file without them loads as not having recorded them.  It has no
@@ -21,10 +24,12 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from typing import IO, Any, Optional, Sequence
 
-from .document import RECORD_KEYS, SCHEMA_VERSION, meanings_of
+from .document import RECORD_KEYS, SCHEMA_VERSION, _Reader, meanings_of
 from .model import GROWTH, HELD, PEAK_KEYS, START_KEYS, FunctionRecord, LineRecord, Profile
+from .peak_document import read_peak
 
 _NUMBERS = ("lineno", "count", GROWTH)
 
@@ -44,11 +49,19 @@ def call_header(columns: Sequence[str]) -> list[str]:
 PEAK_HEADER = [HELD] + [f"peak.{key}" for key in PEAK_KEYS]
 # What was alive when the calls began (schema version 5), after the peak.
 START_HEADER = [f"start_level.{key}" for key in START_KEYS]
+# Then the peak's kinds and modules (schema version 6): one cell, the JSON of
+# those keys of ``peak`` (empty without a peak), the same on each of its rows.
+KINDS_CELL = "peak.kinds"
 
 
 def header(columns: Sequence[str]) -> list[str]:
     return (list(RECORD_KEYS) + list(_NUMBERS) + list(columns) + call_header(columns)
-            + PEAK_HEADER + START_HEADER + ["raised", "code"])
+            + PEAK_HEADER + START_HEADER + [KINDS_CELL, "raised", "code"])
+
+
+def _kinds_cell(peak: Optional[dict[str, Any]]) -> Optional[str]:
+    kinds = {k: v for k, v in (peak or {}).items() if k not in PEAK_KEYS}
+    return json.dumps(kinds, separators=(",", ":")) if kinds else None
 
 
 def _call_cells(record: FunctionRecord, line: LineRecord, columns: Sequence[str]) -> list[Any]:
@@ -66,7 +79,7 @@ def row_values(record: FunctionRecord, line: LineRecord, columns: Sequence[str])
             + [line.figures.get(c) for c in columns] + _call_cells(record, line, columns)
             + [line.held_at_peak] + [record.peak[k] if record.peak else None for k in PEAK_KEYS]
             + [(record.start_level or {}).get(k) for k in START_KEYS]
-            + [line.raised, line.code])
+            + [_kinds_cell(record.peak), line.raised, line.code])
 
 
 END = "#end"                      # the first cell of the last row
@@ -111,6 +124,19 @@ def _number(text: str, name: str, where: str, row: int) -> Optional[int]:
                          "or an empty cell") from None
 
 
+def _with_kinds(peak: dict[str, Any], cell: str, where: str, row: int) -> dict[str, Any]:
+    """``peak`` with the kinds and modules of its KINDS_CELL, checked as the
+    JSON file's are."""
+    try:
+        kinds = json.loads(cell)
+    except ValueError:
+        kinds = None
+    if not isinstance(kinds, dict):
+        raise ValueError(f"{where}, row {row}: {KINDS_CELL} is {cell[:40]!r}; expected the "
+                         "JSON of the peak's kinds")
+    return read_peak(_Reader(where), {**peak, **kinds}, f"row {row}, {KINDS_CELL}")
+
+
 def _part(keys: Sequence[str], cells: Sequence[Optional[int]]) -> dict[str, Optional[int]]:
     part = dict(zip(keys, cells))
     part = {**{k: v for k, v in part.items() if k not in ("count", GROWTH)},
@@ -132,6 +158,8 @@ def loads(text: str, where: str) -> Profile:
         raise ValueError(f"{where} is not a pytorch_memlab CSV profile: the header should be "
                          + ", ".join(header(["<columns...>"])))
     names = head[len(RECORD_KEYS):-2]
+    has_kinds = names[-1:] == [KINDS_CELL]           # schema version 6
+    names = names[:-1] if has_kinds else names
     has_start = names[-len(START_HEADER):] == START_HEADER   # schema version 5
     names = names[:-len(START_HEADER)] if has_start else names
     columns = names[len(_NUMBERS):]
@@ -161,9 +189,10 @@ def loads(text: str, where: str) -> Profile:
         if first_line is None:
             raise ValueError(f"{where}, row {number}: first_line is empty; expected an "
                              "integer")
-        values = [_number(v, n, where, number) for v, n in zip(row[4:-2], names)]
+        end = -3 if has_kinds else -2
+        values = [_number(v, n, where, number) for v, n in zip(row[4:end], names)]
         starts = [_number(v, n, where, number) for v, n in
-                  zip(row[-2 - len(START_HEADER):-2], START_HEADER)] if has_start else []
+                  zip(row[end - len(START_HEADER):end], START_HEADER)] if has_start else []
         lineno, count = values[0], values[1]
         if lineno is None or count is None:
             raise ValueError(f"{where}, row {number}: lineno and count must be integers")
@@ -175,6 +204,8 @@ def loads(text: str, where: str) -> Profile:
         if not functions or functions[-1].key != key or functions[-1].device != device:
             peak = dict(zip(PEAK_KEYS, peak_cells[1:])) if peak_cells[1:2] != [None] \
                 and has_peak else None
+            if peak is not None and has_kinds and row[-3]:
+                peak = _with_kinds(peak, row[-3], where, number)
             functions.append(FunctionRecord(qualname, filename, first_line, device,
                                             list(columns), [], calls=calls,
                                             peak=peak,  # type: ignore[arg-type]

@@ -1,10 +1,10 @@
 """A profile as the JSON document ``LineProfiler.save`` writes, and back.
 
-Schema version 5 (``SCHEMA_VERSION``)::
+Schema version 6 (``SCHEMA_VERSION``)::
 
     {
       "format": "pytorch_memlab.line_profile",
-      "schema_version": 5,
+      "schema_version": 6,
       "pytorch_memlab_version": "1.0.0",
       "torch_version": "2.13.0+cpu",
       "python_version": "3.11.9",
@@ -27,7 +27,12 @@ Schema version 5 (``SCHEMA_VERSION``)::
             "reserved_bytes.all.peak": 1310720, "held_at_peak": 262144,
             "raised": null}],
          "peak": {"bytes": 1310720, "lineno": 13, "call": 1,   # optional, see below
-                  "before_call": 1048576, "other_threads": 0},
+                  "before_call": 1048576, "other_threads": 0,
+                  "by_kind": {"parameter": 1048576, "temporary": 262144},
+                  "before_call_by_kind": {"parameter": 1048576},
+                  "other_threads_by_kind": {},
+                  "lines_by_kind": {"13": {"temporary": 262144}},
+                  "by_module": {"linear": 262144}},
          "start_level": {"first_call": 1048576,        # optional, see below
                          "later_calls": 1048576},
          "curve": [[13, 786432, 2097152, 1310720],    # optional, see below
@@ -107,6 +112,22 @@ A first call's peak and the later calls' differ by what was alive when they
 began (state a first call made and kept, such as an optimizer's) and by what
 their lines made; these tell the two apart.  Older files have no such key,
 and read as not recorded.
+Kinds at the peak (new in version 6; ``pytorch_memlab.kinds``): ``by_kind``
+says what ``peak.bytes`` is made of, ``{kind: bytes}`` with only the kinds
+present, in this order: "parameter", "buffer", "gradient",
+"optimizer_state", "saved_for_backward" (kept by autograd for the backward
+pass), "temporary" (made during the call, none of those), "input" (alive
+before the call, none of those), "workspace", "other" (made by other threads
+during the call, none of those); it sums to ``peak.bytes``.
+``before_call_by_kind`` and ``other_threads_by_kind`` split ``before_call``
+and ``other_threads`` the same way, and ``lines_by_kind`` each line's
+``held_at_peak`` (keyed by the line number as a string, lines holding
+nothing left out): together they are ``by_kind``.  ``by_module`` splits
+what the lines hold by the module that made it, ``{qualified name: bytes}``
+("(no module)": outside every module), summing to the lines' held bytes.
+Where the kinds, or the modules, could not be told exactly the peak has
+``"by_kind_missing"`` (or ``"by_module_missing"``: why) instead.  Older
+files, and version 5 (which added no peak key), have none of these keys.
 """
 from __future__ import annotations
 
@@ -116,9 +137,10 @@ from .curve import CurveInfo, CurvePoint
 from .meanings import KINDS, UNITS, Field, torch_meaning
 from .model import (GROWTH, HELD, PEAK_KEYS, START_KEYS, VERSION_KEYS, FunctionRecord,
                     LineRecord, Profile, TimelineRow)
+from .peak_document import read_peak
 
 FORMAT = "pytorch_memlab.line_profile"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 RECORD_KEYS = ("qualname", "filename", "first_line", "device")
 _LINE_KEYS = ("lineno", "code", "count", GROWTH, "raised")
 _KNOWN = {"format", "schema_version", "created", "devices", "columns", "column_meanings",
@@ -263,11 +285,8 @@ class _Reader:
             start_level=self.start_level(obj["start_level"], f"{place}.start_level")
             if obj.get("start_level") is not None else None)
 
-    def peak(self, obj: Any, place: str) -> dict[str, int]:
-        if not isinstance(obj, dict):
-            raise self.fail(place, f"it is {_show(obj)}; expected an object with "
-                            + ", ".join(PEAK_KEYS))
-        return {key: self.typed(obj, key, int, place, "an integer") for key in PEAK_KEYS}
+    def peak(self, obj: Any, place: str) -> dict[str, Any]:
+        return read_peak(self, obj, place)
 
     def start_level(self, obj: Any, place: str) -> dict[str, Optional[int]]:
         if not isinstance(obj, dict):

@@ -135,7 +135,7 @@ class FunctionRecord(_ReadsAsDict):
     curve_of: Optional[CurveInfo] = None          # which call that is, how it was kept
     # What was alive at its peak (PEAK_KEYS; its lines' HELD are the rest);
     # None: not known.  peak_missing: why not, for a live profile (not saved).
-    peak: Optional[dict[str, int]] = None
+    peak: Optional[dict[str, Any]] = None
     peak_missing: Optional[str] = None
     # START_KEYS, each None where not known; None: none known.
     start_level: Optional[dict[str, Optional[int]]] = None
@@ -186,6 +186,9 @@ class FunctionRecord(_ReadsAsDict):
             data["curve_of"] = dict(self.curve_of or {})
         if self.peak is not None:
             data["peak"] = dict(self.peak)
+            if "lines_by_kind" in self.peak:    # as JSON keys them
+                data["peak"]["lines_by_kind"] = {str(lineno): dict(kinds) for lineno, kinds
+                                                 in self.peak["lines_by_kind"].items()}
         if self.start_level is not None:
             data["start_level"] = dict(self.start_level)
         return data

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..common.sizes import readable_size, with_bytes
+from ..kinds.names import INPUT, NO_MODULE, OTHER, TEMPORARY
+from .kinds_text import kinds_text, modules_text
 from .peak_text import PeakItem, items_text, summed_items
 
 
@@ -61,8 +63,13 @@ def _by_line(pm: dict[str, Any]) -> list[str]:
               for line in live["lines"]]
     parts += [PeakItem("other threads", live["other_threads"]),
               PeakItem("after the call", live["after_call"])]
-    return [f"  live at the failure (call {live['call']}), by the line that allocated it:",
-            f"    {items_text(summed_items(parts)) or 'nothing'}"]
+    out = [f"  live at the failure (call {live['call']}), by the line that allocated it:",
+           f"    {items_text(summed_items(parts)) or 'nothing'}"]
+    if set(live.get("by_kind") or ()) - {INPUT, TEMPORARY, OTHER}:   # as under a table
+        out.append(f"    by kind: {kinds_text(live['by_kind'])}")
+    if set(live.get("by_module") or ()) - {NO_MODULE}:
+        out.append(f"    by module: {modules_text(live['by_module'])}")
+    return out
 
 
 def format_postmortem(pm: dict[str, Any], qualname: str) -> str:

@@ -11,6 +11,7 @@ from ..common.sizes import readable_size
 from ..records.model import GROWTH, HELD, FunctionRecord, LineRecord, Profile
 from .calls import COUNT, PARTS, first_call_note, grows_note, part_figure
 from .curve_svg import CurveView
+from .kinds_text import with_kinds
 from .peak_text import PeakNote, peak_breakdowns
 from .postmortem_text import format_postmortem
 
@@ -224,7 +225,7 @@ def _table(section: Section, profile: Profile, full: dict[tuple[str, str], int],
         rows.append(Row(first.lineno, first.code, count_cell(first), note, first.ran, figures))
     pm = section.postmortem
     peaks = [] if by_call else peak_breakdowns(section.records)
-    notes = [] if by_call else ([p.text for p in peaks]
+    notes = [] if by_call else (with_kinds(section.records, [p.text for p in peaks])
                                 + [n for n in map(first_call_note, section.records) if n])
     if rows and not any(row.code.strip() for row in rows):
         notes.append(no_source_note(section.qualname, section.filename))

@@ -28,7 +28,8 @@ KINDS = ("cuda", "cpu")
 
 __all__ = ["KINDS", "MECHANISM", "ProfiledCall", "Tracer", "allocated_at", "check_kind",
            "cpu_seeded", "cuda_push_unavailable", "field_table", "import_shim",
-           "install_thread_hook", "instances_of", "load_shim", "prepare", "sample", "seed_cpu",
+           "install_thread_hook", "instances_of", "load_shim", "live_kinds", "peaks_by_kind", "prepare",
+           "sample", "seed_cpu", "set_module", "tag_blocks",
            "shim_capsule", "shim_fields", "shim_path"]
 
 
@@ -37,6 +38,35 @@ def allocated_at(kind: str, device: int, ptr: int) -> Optional[tuple[CodeType, i
     ``ptr`` of a ``kind`` device, as an enabled profiler recorded it, or None
     (only sources that push their allocations record them: the CPU's)."""
     return _tracer.allocated_at(kind, device, ptr)
+
+
+def tag_blocks(tracer: Tracer, kind: int, ptrs: Sequence[int], sizes: Sequence[int],
+               only_from: int = -1, back: bool = True) -> int:
+    """Tag the live blocks at ``ptrs`` (``sizes``: their bytes, for a block
+    made before the tracer was enabled) as kind number ``kind``, see
+    _tracer.pyi; the number whose kind changed."""
+    return _tracer.tag_blocks(tracer, kind, ptrs, sizes, only_from, back)
+
+
+def peaks_by_kind(tracer: Tracer) -> tuple[list[tuple[CodeType, Any]], Optional[str],
+                                           Optional[str]]:
+    """Each function's peak with its tagged kinds and modules (see
+    _tracer.pyi), why the kinds are not exact and why the modules are not
+    (None: they are)."""
+    return _tracer.peaks_by_kind(tracer)
+
+
+def live_kinds(tracer: Tracer, code: CodeType) -> Optional[tuple[tuple[tuple[int, ...], ...],
+                                                                   dict[int, int]]]:
+    """The tagged kinds of what is alive now around ``code``'s latest call,
+    (before, during, other threads, after) each in kind order, and what each
+    module made during it (see _tracer.pyi); None where not known."""
+    return _tracer.live_kinds(tracer, code)
+
+
+def set_module(number: int) -> None:
+    """The calling thread runs module ``number`` (0: none) from now on."""
+    _tracer.set_module(number)
 
 
 def instances_of(cls: type[_T]) -> list[_T]:

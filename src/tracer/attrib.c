@@ -18,7 +18,7 @@ attrib_call_release(AttribCall *c)
 {
     while (c != NULL && --c->refs == 0) {
         AttribCall *parent = c->parent;
-        free(c->open);
+        attrib_open_free(c->open);
         free(c);
         c = parent;
     }
@@ -48,9 +48,11 @@ attrib_top_of(Attrib *a, uint64_t thread)
 AttribPeak *
 attrib_peak_new(const LineTable *table)
 {
-    AttribPeak *p = calloc(1, sizeof(AttribPeak) + 3 * sizeof(int64_t) * (size_t)table->n_slots);
+    AttribPeak *p = calloc(1, sizeof(AttribPeak)
+                           + (3 + ATTRIB_TAGGED) * sizeof(int64_t) * (size_t)table->n_slots);
     if (p != NULL) {
         p->kept = p->held + table->n_slots;
+        p->klive = p->held + 3 * (size_t)table->n_slots;
         p->bytes = -1;
         p->first_line = table->first_line;
         p->n_slots = table->n_slots;
@@ -99,6 +101,7 @@ attrib_attach(Attrib *a, const memlab_source *source, int device)
     a->attaches++;
     a->level = 0;
     a->unsized = 0;
+    a->unsized_adopted = -1;
     /* A tracer already following this device: the source pushes to it
      * already; start from its level (and its awaited size), exactly. */
     Attrib *sibling = sibling_of(a, source, device);
@@ -161,7 +164,7 @@ attrib_detach(Attrib *a)
     while (a->open != NULL) {
         AttribCall *c = a->open;
         a->open = c->open->next_open;
-        free(c->open);
+        attrib_open_free(c->open);
         c->open = NULL;
         attrib_call_release(c);
     }
@@ -169,6 +172,10 @@ attrib_detach(Attrib *a)
     a->tops = NULL;
     a->n_tops = a->cap_tops = 0;
     a->unsized = 0;
+    free(a->peaks);
+    a->peaks = NULL;
+    memset(a->ktotal, 0, sizeof a->ktotal);
+    a->n_peaks = a->cap_peaks = 0;
     attrib_unlock();
     if (last) {
         int64_t unused;
@@ -196,6 +203,10 @@ attrib_push(Attrib *a, LineTable *table, int line, int64_t call)
         a->failed = 1;
         goto done;
     }
+    if (attrib_list_peak(a, table) < 0) {
+        a->failed = 1;
+        goto done;
+    }
     if (top == NULL) {
         if (a->n_tops == a->cap_tops) {
             int cap = a->cap_tops ? a->cap_tops * 2 : 8;
@@ -212,7 +223,8 @@ attrib_push(Attrib *a, LineTable *table, int line, int64_t call)
         top->top = NULL;
     }
     c = calloc(1, sizeof(AttribCall));
-    AttribOpen *op = calloc(1, sizeof(AttribOpen) + sizeof(int64_t) * (size_t)table->n_slots);
+    AttribOpen *op = calloc(1, sizeof(AttribOpen)
+                            + (1 + ATTRIB_TAGGED) * sizeof(int64_t) * (size_t)table->n_slots);
     if (c == NULL || op == NULL) {
         free(c);
         free(op);
@@ -233,6 +245,7 @@ attrib_push(Attrib *a, LineTable *table, int line, int64_t call)
     c->table = table;
     op->first_line = table->first_line;
     op->n_slots = table->n_slots;
+    op->klive = op->live + table->n_slots;
     c->line = line;
     op->thread = thread;
     /* A number of its own: it also tells this Call from any other (the
@@ -244,6 +257,7 @@ attrib_push(Attrib *a, LineTable *table, int line, int64_t call)
     table->peak->latest_call = call;
     table->peak->latest_attach = a->attaches;
     op->before = a->level;
+    memcpy(op->kbefore, a->ktotal, sizeof op->kbefore);
     op->next_open = a->open;
     a->open = c;
     top->top = c;
@@ -290,7 +304,7 @@ attrib_pop(Attrib *a, AttribCall *c)
                 *top = a->tops[--a->n_tops];
             }
         }
-        free(op);
+        attrib_open_free(op);
         attrib_call_release(c);
     }
     attrib_unlock();

@@ -34,6 +34,22 @@
 
 #include <stdint.h>
 
+/* What a block is, as Python tags it (attrib_kinds.c): untagged blocks are
+ * split at a peak by where they were made (before the call, on a line,
+ * another thread).  The tagged kinds' bytes are kept per place, in arrays of
+ * ATTRIB_TAGGED, indexed kind - 1. */
+enum {
+    ATTRIB_UNTAGGED = 0,
+    ATTRIB_PARAMETER,
+    ATTRIB_BUFFER,
+    ATTRIB_GRADIENT,
+    ATTRIB_OPTIMIZER_STATE,
+    ATTRIB_SAVED_FOR_BACKWARD,
+    ATTRIB_WORKSPACE,
+    ATTRIB_N_KINDS,
+};
+#define ATTRIB_TAGGED (ATTRIB_N_KINDS - 1)
+
 /* A function's breakdown at its highest level so far (one per LineTable). */
 typedef struct AttribPeak {
     int64_t bytes;         /* the level; -1: none yet */
@@ -55,6 +71,24 @@ typedef struct AttribPeak {
     int64_t kept_call[2];
     uint64_t kept_attach[2];   /* the attach each was counted in */
     int64_t *kept;
+    /* Kinds: when it was taken (blocks numbered up to seq were made by
+     * then), by which Call (its start_seq, and its slots), in which attach;
+     * the tagged bytes alive before that call and made by other threads, and
+     * per line (klive: n_slots x ATTRIB_TAGGED after kept[], same allocation). */
+    uint64_t seq;
+    uint64_t start_seq;
+    uint64_t attach;
+    int call_first_line;
+    int call_n_slots;
+    uint64_t listed;       /* the attach whose list of peaks holds it */
+    int64_t kbefore[ATTRIB_TAGGED];
+    int64_t kother[ATTRIB_TAGGED];
+    int64_t *klive;
+    /* Modules (attrib_modules.c): what each module made (while it was the
+     * innermost running on the allocating thread) still alive then; its own
+     * allocation, n_mods long, NULL for none. */
+    int64_t *mheld;
+    int n_mods;
     int first_line;
     int n_slots;
     int64_t held[];        /* n_slots: made on each line, still alive */
@@ -102,6 +136,14 @@ typedef struct Attrib {
     uint64_t attaches;     /* attach() calls: blocks are followed within one */
     uintptr_t unsized;     /* the block whose MEMLAB_SIZED is awaited, or 0 */
     int unsized_event;     /* its MEMLAB_ALLOC or MEMLAB_FREE */
+    int64_t unsized_adopted; /* a freed adopted block's assumed size, or -1 */
+    const char *kinds_inexact; /* why the kinds are not exact, or NULL */
+    int64_t ktotal[ATTRIB_TAGGED]; /* live tagged bytes by kind */
+    const char *modules_inexact; /* why the modules are not exact, or NULL */
+    LineTable **peaks;     /* Owned array, borrowed tables: those whose
+                              peaks this attach took (retroactive tags) */
+    int n_peaks;
+    int cap_peaks;
     struct Attrib *next;   /* Borrowed. the attached list */
 } Attrib;
 
@@ -158,6 +200,21 @@ void attrib_peak_clear(LineTable *table, int forget_calls);
  * caller frees it with free()), or -1 when memory ran out.  O(live blocks). */
 int attrib_live_now(const Attrib *a, const LineTable *table, AttribLive **out);
 
+/* The tagged kinds and the modules of what is alive now around the table's
+ * latest Call, split as attrib_live_now splits it (attrib_live_kinds.c):
+ * known 0 where that has no figures; mods (Owned, the caller frees it):
+ * n_mods long, what each module made during the Call.  -1 when memory ran
+ * out.  GIL held, O(live blocks). */
+enum { ATTRIB_LIVE_BEFORE, ATTRIB_LIVE_DURING, ATTRIB_LIVE_OTHER, ATTRIB_LIVE_AFTER,
+       ATTRIB_LIVE_PLACES };
+typedef struct {
+    int known;
+    int64_t kinds[ATTRIB_LIVE_PLACES][ATTRIB_TAGGED];
+    int64_t *mods;
+    int n_mods;
+} AttribLiveKinds;
+int attrib_live_kinds(const Attrib *a, const LineTable *table, AttribLiveKinds *out);
+
 /* The table of followed blocks now: live blocks in it, and its slots (the
  * host memory it holds is the slots'). */
 void attrib_table_size(const Attrib *a, size_t *used, size_t *capacity);
@@ -169,6 +226,30 @@ void attrib_table_size(const Attrib *a, size_t *used, size_t *capacity);
  * tracer did (made outside every profiled function, before the tracer was
  * enabled, or it is not a live block).  Control path, GIL held. */
 PyObject *attrib_made_at(const char *source, int device, uintptr_t ptr, int *line);
+
+/* Tag the live blocks at ptrs[i] as `kind` (attrib_kinds.c): their bytes
+ * move to that kind in every open Call and, with `back`, in every peak of
+ * this attach taken while they were alive (a block alive now was alive at
+ * every peak since it was made); without, from now on only (a role that
+ * ended).  `only_from` >= 0: only blocks of that kind now (0: untagged).  A
+ * ptr that is no followed block (made before we attached) is taken in, when
+ * tagged from untagged, with sizes[i], as alive before everything, if that
+ * fits in what is untagged before each open Call and peak; else the kinds
+ * are marked not exact.  Control path, GIL held; returns the blocks whose
+ * kind changed. */
+Py_ssize_t attrib_tag(Attrib *a, int kind, int only_from, int back, const uintptr_t *ptrs,
+                      const int64_t *sizes, Py_ssize_t n);
+
+/* Why the tagged kinds are not exact, or NULL. */
+const char *attrib_kinds_missing(const Attrib *a);
+
+/* The module (a number Python gives, 0: none) the calling thread runs now:
+ * blocks it makes are charged to it (attrib_modules.c).  Any thread. */
+void attrib_set_module(int module);
+/* Why the modules are not exact, or NULL. */
+const char *attrib_modules_missing(const Attrib *a);
+/* A table's peak and what it owns (linetable_free). */
+void attrib_peak_free(AttribPeak *p);
 
 /* What the source calls per allocation (memlab_alloc_listener). */
 int attrib_listener(const char *source, int device, uintptr_t ptr, int64_t size, int event);

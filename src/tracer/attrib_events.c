@@ -23,6 +23,11 @@ attrib_snapshot_if_higher(Attrib *a, AttribCall *c)
     p->before = op->before;
     p->other = op->other;
     p->pending = c;
+    p->seq = a->seq;
+    p->start_seq = c->start_seq;
+    p->attach = a->attaches;
+    p->call_first_line = op->first_line;
+    p->call_n_slots = op->n_slots;
 }
 
 /* The pending peak's per-line bytes, copied from its Call (still open). */
@@ -37,8 +42,16 @@ attrib_flush_peak(AttribPeak *p)
     /* Line by line: the table may have widened between the two. */
     for (int i = 0; i < p->n_slots; i++) {
         int s = p->first_line + i - op->first_line;
-        p->held[i] = s >= 0 && s < op->n_slots ? op->live[s] : 0;
+        int in = s >= 0 && s < op->n_slots;
+        p->held[i] = in ? op->live[s] : 0;
+        for (int k = 0; k < ATTRIB_TAGGED; k++) {
+            p->klive[i * ATTRIB_TAGGED + k] = in ? op->klive[s * ATTRIB_TAGGED + k] : 0;
+        }
     }
+    /* Tags and frees flush first: until then only untagged blocks came. */
+    memcpy(p->kbefore, op->kbefore, sizeof p->kbefore);
+    memcpy(p->kother, op->kother, sizeof p->kother);
+    attrib_module_flush(p, op);
     p->pending = NULL;
 }
 
@@ -83,14 +96,34 @@ on_free(Attrib *a, uintptr_t ptr, int64_t size)
         }
         return 0;
     }
-    size = b->size;
     attrib_flush_peaks(a);
+    if (b->kind != ATTRIB_UNTAGGED) {
+        attrib_kinds_free(a, b);
+    }
+    if (b->adopted) {
+        /* Its size was Python's word: the source's, when it differs (or is
+         * not told yet), moves the level; the kinds then were not exact. */
+        if (size < 0) {
+            a->unsized = ptr;
+            a->unsized_event = MEMLAB_FREE;
+            a->unsized_adopted = b->size;
+        }
+        else if (size > 0 && size != b->size) {   /* 0: a stale block retired */
+            free_before(a, size - b->size);
+            a->kinds_inexact = "a storage's size differs from its block's";
+        }
+    }
+    int told = !b->adopted || size >= 0;
+    size = b->size;
     uint64_t mark = ++a->seq;
     int line = b->line;
     for (AttribCall *c = b->call; c != NULL; line = c->parent_line, c = c->parent) {
         if (c->open != NULL) {
             c->open->live[slot_of(c->open, line)] -= size;
             c->open->mark = mark;
+            if (b->module > 0 && b->module < c->open->n_mods) {
+                c->open->mlive[b->module] -= size;
+            }
         }
         AttribPeak *p = c->table->peak;
         int k = (int)(c->call & 1);
@@ -112,7 +145,7 @@ on_free(Attrib *a, uintptr_t ptr, int64_t size)
     a->level -= size;
     attrib_call_release(b->call);
     attrib_blocks_remove(a, b);
-    return 1;
+    return told;
 }
 
 /* A block of Call c's line made `size` more bytes alive: its table's count
@@ -147,6 +180,9 @@ charge(Attrib *a, const AttribBlock *b, uint64_t seq, int64_t size)
         if (c->open != NULL) {
             c->open->live[slot_of(c->open, l)] += size;
             c->open->mark = mark;
+            if (b->module > 0) {
+                attrib_module_add(a, c->open, b->module, size);
+            }
         }
         keep_made(a, c, l, size);
     }
@@ -160,6 +196,9 @@ charge(Attrib *a, const AttribBlock *b, uint64_t seq, int64_t size)
         else {
             o->open->other += size;
         }
+    }
+    if (b->kind != ATTRIB_UNTAGGED) {
+        attrib_kinds_charge(a, b);      /* tagged before its size came */
     }
     for (AttribCall *o = a->open; o != NULL; o = o->open->next_open) {
         attrib_snapshot_if_higher(a, o);
@@ -175,14 +214,22 @@ on_sized(Attrib *a, uintptr_t ptr, int64_t size)
     }
     a->unsized = 0;
     if (a->unsized_event == MEMLAB_FREE) {
-        free_before(a, size);
+        int64_t adopted = a->unsized_adopted;
+        a->unsized_adopted = -1;
+        if (adopted < 0) {
+            free_before(a, size);
+        }
+        else if (size != adopted) {     /* its assumed size already left */
+            free_before(a, size - adopted);
+            a->kinds_inexact = "a storage's size differs from its block's";
+        }
         return;
     }
     AttribBlock *b = attrib_blocks_find(a, ptr);
     if (b == NULL) {
         /* Its slot could not be made (failed), or it was made before we
          * attached beside another tracer: alive, with no line. */
-        AttribBlock none = {ptr, 0, 0, NULL, -1};
+        AttribBlock none = {ptr, 0, 0, NULL, -1, ATTRIB_UNTAGGED, 0, 0, 0};
         charge(a, &none, 0, size);
         return;
     }
@@ -229,7 +276,8 @@ on_alloc(Attrib *a, uint64_t thread, uintptr_t ptr, int64_t size)
         call = a->tops[0].top;
     }
     AttribBlock made = {ptr, 0, ++a->seq, call,
-                        call != NULL ? __atomic_load_n(&call->line, __ATOMIC_RELAXED) : -1};
+                        call != NULL ? __atomic_load_n(&call->line, __ATOMIC_RELAXED) : -1,
+                        ATTRIB_UNTAGGED, 0, 0, call != NULL ? attrib_module_now() : 0};
     AttribBlock *b = attrib_blocks_add(a, ptr);
     if (b == NULL) {
         a->failed = 1;     /* its free will count as "before": say so */

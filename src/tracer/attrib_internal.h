@@ -21,6 +21,11 @@ typedef struct AttribOpen {
     int n_slots;
     AttribCall *next_open; /* Borrowed. the open list, newest first */
     int suspended;         /* its generator is suspended: no peaks, not a top */
+    int64_t kbefore[ATTRIB_TAGGED];  /* of before, tagged bytes by kind */
+    int64_t kother[ATTRIB_TAGGED];   /* of other, the same */
+    int64_t *klive;        /* n_slots x ATTRIB_TAGGED after live[]: of live[] */
+    int64_t *mlive;        /* Owned. n_mods: made by each module, still alive */
+    int n_mods;
     int64_t live[];        /* per line of the table: made there, still alive */
 } AttribOpen;
 
@@ -43,6 +48,12 @@ struct AttribBlock {
     uint64_t seq;
     AttribCall *call;      /* Owned reference, or NULL: made outside any Call */
     int line;              /* call's line then */
+    uint8_t kind;          /* ATTRIB_UNTAGGED until Python tags it */
+    uint8_t adopted;       /* made before we attached: taken in when tagged,
+                              its size as Python gave it */
+    uint8_t settled;       /* its kind changed from now on only: the peaks
+                              before keep theirs (no tag reaches back) */
+    int module;            /* the module that made it (0: none) */
 };
 
 #define MIN_CAPACITY 1024
@@ -54,6 +65,7 @@ typedef struct {
     Attrib *attached;      /* Borrowed. the attached Attribs; guarded by lock */
     int any_attached;      /* atomics: the listener's early exit */
     int fork_hooked;       /* pthread_atfork handlers installed */
+    int modules_failed;    /* a peak's modules could not be copied (memory) */
 } AttribRuntime;
 
 extern AttribRuntime attrib_runtime;
@@ -115,6 +127,21 @@ AttribPeak *attrib_peak_new(const LineTable *table);
 void attrib_snapshot_if_higher(Attrib *a, AttribCall *c);
 void attrib_flush_peak(AttribPeak *p);
 void attrib_flush_peaks(Attrib *a);
+
+/* attrib_kinds.c, lock held: a tagged block's bytes leave their places
+ * (b freed: every open Call's, not the peaks'), or come (its size came
+ * after its tag); the kept peak list. */
+void attrib_kinds_free(Attrib *a, const AttribBlock *b);
+void attrib_kinds_charge(Attrib *a, const AttribBlock *b);
+int attrib_list_peak(Attrib *a, LineTable *table);
+
+/* attrib_modules.c, lock held: `size` more (or fewer) bytes of `module`
+ * alive in an open Call; a peak's modules copied from its Call; the module
+ * the calling thread runs; an open Call's end. */
+void attrib_module_add(Attrib *a, AttribOpen *op, int module, int64_t size);
+void attrib_module_flush(AttribPeak *p, const AttribOpen *op);
+int attrib_module_now(void);
+void attrib_open_free(AttribOpen *op);
 
 /* attrib_blocks.c, lock held: the table of live blocks (key ptr; 0 marks an
  * empty slot).  add: a new slot for ptr (not present), NULL when out of

@@ -13,11 +13,20 @@ attrib_peak_copy(LineTable *table)
     AttribPeak *p = table->peak;
     if (p != NULL && p->bytes >= 0) {
         attrib_flush_peak(p);
-        size_t n = sizeof(AttribPeak) + sizeof(int64_t) * (size_t)p->n_slots;
-        copy = malloc(n);
+        /* One allocation (the caller frees it with free()): held[], the
+         * kinds per line, then the modules. */
+        size_t n = (size_t)p->n_slots;
+        size_t words = (1 + ATTRIB_TAGGED) * n + (size_t)p->n_mods;
+        copy = malloc(sizeof(AttribPeak) + sizeof(int64_t) * words);
         if (copy != NULL) {
-            memcpy(copy, p, n);
+            memcpy(copy, p, sizeof(AttribPeak) + sizeof(int64_t) * n);
             copy->kept = NULL;
+            copy->klive = copy->held + n;
+            memcpy(copy->klive, p->klive, ATTRIB_TAGGED * sizeof(int64_t) * n);
+            copy->mheld = copy->klive + ATTRIB_TAGGED * n;
+            if (p->n_mods > 0) {
+                memcpy(copy->mheld, p->mheld, sizeof(int64_t) * (size_t)p->n_mods);
+            }
         }
     }
     attrib_unlock();
@@ -63,7 +72,14 @@ attrib_peak_clear(LineTable *table, int forget_calls)
             p->kept_call[0] = p->kept_call[1] = 0;
             memset(p->kept, 0, 2 * sizeof(int64_t) * (size_t)p->n_slots);
         }
-        memset(table->peak->held, 0, sizeof(int64_t) * (size_t)table->peak->n_slots);
+        AttribPeak *p = table->peak;
+        memset(p->held, 0, sizeof(int64_t) * (size_t)p->n_slots);
+        memset(p->klive, 0, ATTRIB_TAGGED * sizeof(int64_t) * (size_t)p->n_slots);
+        memset(p->kbefore, 0, sizeof p->kbefore);
+        memset(p->kother, 0, sizeof p->kother);
+        if (p->n_mods > 0) {
+            memset(p->mheld, 0, sizeof(int64_t) * (size_t)p->n_mods);
+        }
     }
     attrib_unlock();
 }

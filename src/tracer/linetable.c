@@ -1,4 +1,5 @@
 #include "linetable.h"
+#include "attrib.h"
 #include "callfigures.h"
 
 #include <stdlib.h>
@@ -110,7 +111,7 @@ linetable_free(LineTable *t)
     }
     Py_CLEAR(t->code);
     callfigures_free(t->calls);
-    free(t->peak);
+    attrib_peak_free(t->peak);
     linetable_release_arrays(t);
     free(t);
 }

@@ -2,6 +2,7 @@
 #include "tracer.h"
 #include "instances.h"
 #include "module_state.h"
+#include "kinds.h"
 #include "profiledcall.h"
 
 static PyObject *
@@ -83,6 +84,17 @@ static PyMethodDef module_methods[] = {
     {"instances_of", memlab_instances_of, METH_O,
      "instances_of(cls): the objects the garbage collector tracks whose type is cls or a "
      "subclass of it."},
+    {"tag_blocks", memlab_tag_blocks, METH_VARARGS,
+     "tag_blocks(tracer, kind, ptrs, sizes, only_from=-1, back=True): tag the live "
+     "blocks at ptrs as kind (0..TAGGED_KINDS); how many changed kind."},
+    {"peaks_by_kind", memlab_peaks_by_kind, METH_O,
+     "peaks_by_kind(tracer): ([(code, peak with tagged kinds or None)], why the kinds are "
+     "not exact or None)."},
+    {"live_kinds", memlab_live_kinds, METH_VARARGS,
+     "live_kinds(tracer, code): the tagged kinds and modules of what is alive now around "
+     "code's latest call, or None."},
+    {"set_module", memlab_set_module, METH_O,
+     "set_module(n): the calling thread runs module n (0: none) from now on."},
     {"_shutdown", shutdown, METH_NOARGS, "Disable every tracer (atexit)."},
     {NULL, NULL, 0, NULL},
 };
@@ -103,7 +115,8 @@ static int
 tracer_exec(PyObject *module)
 {
     if (tracer_type_init(module) < 0 || hooks_init(module) < 0
-        || profiledcall_type_init(module) < 0) {
+        || profiledcall_type_init(module) < 0
+        || PyModule_AddIntConstant(module, "TAGGED_KINDS", ATTRIB_TAGGED) < 0) {
         return -1;
     }
     return register_atexit(module);

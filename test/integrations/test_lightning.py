@@ -68,7 +68,7 @@ def test_callback_without_its_framework_is_one_import_error(module, extra):
 L = pytest.importorskip("lightning")
 
 from pytorch_memlab import load  # noqa: E402
-from pytorch_memlab.lightning import METRICS, MemlabCallback  # noqa: E402
+from pytorch_memlab.lightning import KIND_METRIC, METRICS, MemlabCallback  # noqa: E402
 
 IN, HIDDEN, OUT, BATCH, STEPS = 64, 128, 8, 4, 3
 
@@ -165,6 +165,18 @@ def test_optimizer_line_shows_the_adam_state_made_on_step_one(fitted):
     # Adam's step counters
     assert line["net_growth"] == 2 * params + counters
     assert line["net_growth"] - counters == 2 * (IN * HIDDEN + HIDDEN + HIDDEN * OUT + OUT) * 4
+
+
+def test_each_step_logs_its_peak_by_kind(fitted):
+    model, callback, _, _, tmp_path = fitted
+    rows = logged_rows(tmp_path)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert [float(row[KIND_METRIC + "parameter"]) for row in rows] == [float(params)] * STEPS
+    assert len(callback.steps.kinds) == STEPS
+    for row, kinds in zip(rows, callback.steps.kinds):
+        assert sum(kinds.values()) > params
+        assert {k: float(row[KIND_METRIC + k]) for k in kinds} == \
+            {k: float(v) for k, v in kinds.items()}
 
 
 def test_logged_metric_per_step_equals_the_profilers_peak(fitted):

@@ -18,7 +18,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
 from pytorch_memlab import load  # noqa: E402
-from pytorch_memlab.transformers import METRICS, MemlabTrainerCallback  # noqa: E402
+from pytorch_memlab.transformers import KIND_METRIC, METRICS, MemlabTrainerCallback  # noqa: E402
 
 from helpers import line_of  # noqa: E402
 
@@ -78,6 +78,11 @@ def test_logs_carry_the_step_peaks(trained):
     assert [(e[METRICS[0]], e[METRICS[1]]) for e in steps] == \
         [tuple(peak) for peak in callback.steps.peaks]
     assert all(isinstance(e[METRICS[0]], int) for e in steps)
+    # and the kinds at each step's highest peak: the model's parameters among them
+    params = sum(p.untyped_storage().nbytes() for p in trainer.model.parameters())
+    assert [e[KIND_METRIC + "parameter"] for e in steps] == [params] * len(steps)
+    assert [{k[len(KIND_METRIC):]: v for k, v in e.items() if k.startswith(KIND_METRIC)}
+            for e in steps] == callback.steps.kinds
 
 
 def test_forward_and_training_step_tables_are_printed(trained):

@@ -21,10 +21,12 @@ COLUMNS = ("active_bytes.all.peak", "reserved_bytes.all.peak", "allocation.all.a
            "active_bytes.all.current")
 
 
-# the CSV's cells of what was alive at the peak (schema version 4)
+# the CSV's cells of what was alive at the peak (schema version 4), then its
+# kinds and modules as one cell of JSON (version 6)
 PEAK = ("held_at_peak", "peak.bytes", "peak.lineno", "peak.call", "peak.before_call",
         "peak.other_threads")
 START = ("start_level.first_call", "start_level.later_calls")
+KINDS = ("peak.kinds",)
 
 def work():
     x = torch.empty(262144)
@@ -113,7 +115,7 @@ def test_json_schema(prof, tmp_path):
     prof.save(path)
     data = json.loads(path.read_text())
     assert data["format"] == "pytorch_memlab.line_profile"
-    assert data["schema_version"] == SCHEMA_VERSION == 5
+    assert data["schema_version"] == SCHEMA_VERSION == 6
     assert data["torch_version"] == str(torch.__version__)
     assert data["pytorch_memlab_version"] == pytorch_memlab.__version__
     assert data["python_version"] == "%d.%d.%d" % sys.version_info[:3]
@@ -130,7 +132,9 @@ def test_json_schema(prof, tmp_path):
     assert set(lines["def work():"]) == {"lineno", "code", "count", "net_growth", "raised",
                                          *COLUMNS, "first_call", "later_calls",
                                          "held_at_peak"}
-    assert set(record["peak"]) == {"bytes", "lineno", "call", "before_call", "other_threads"}
+    assert set(record["peak"]) == {"bytes", "lineno", "call", "before_call", "other_threads",
+                                   "by_kind", "before_call_by_kind", "other_threads_by_kind",
+                                   "lines_by_kind", "by_module"}
     first = lines["x = torch.empty(262144)"]
     assert first["count"] == 2 and first["net_growth"] == 2 * MiB
     assert first["allocation.all.allocated"] == 2            # a counter: summed
@@ -151,7 +155,7 @@ def test_csv_layout(prof, tmp_path):
                                                ("first_call", "later_calls")
                                                for key in ("count", "net_growth", *COLUMNS)]
     assert rows[0] == ('"qualname",filename,first_line,device,lineno,count,net_growth,'
-                       + ",".join(COLUMNS + tuple(per_call) + PEAK + START) + ",raised,code")
+                       + ",".join(COLUMNS + tuple(per_call) + PEAK + START + KINDS) + ",raised,code")
     lines = sum(len(r["lines"]) for r in prof.stats())
     assert lines == len(rows) - 2 and rows[-1] == f"#end,{lines}"
     assert any(row.startswith("work,") and row.endswith(",,    del x") for row in rows)
@@ -286,7 +290,7 @@ def test_to_dataframe(prof, tmp_path):
                                                ("first_call", "later_calls")
                                                for key in ("count", "net_growth", *COLUMNS)]
     assert list(live.columns) == ["qualname", "filename", "first_line", "device", "lineno",
-                                  "count", "net_growth", *COLUMNS, *per_call, *PEAK, *START,
+                                  "count", "net_growth", *COLUMNS, *per_call, *PEAK, *START, *KINDS,
                                   "raised",
                                   "code"]
     assert str(live["net_growth"].dtype) == "Int64"

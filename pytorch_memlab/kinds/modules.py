@@ -1,0 +1,59 @@
+"""Which module made each block: module numbers for the tracer, and their
+names.  A module is named by its qualified name in the outermost module it
+was first called under (``encoder.layers.3.mlp.fc1``), found once from that
+module's ``named_modules()``; the outermost module itself by its class name,
+which also leads the names of its children that are numbers
+(``Sequential.2``);
+a module called under a second outermost one is named under it, after
+``<Class>#2.``; a module that is none of its outermost module's, after the
+module that called it.  Numbers are given once per process and never
+reused, so a record's figures keep their names after the call."""
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Optional
+
+import torch
+
+from .names import NO_MODULE
+
+
+_lock = threading.Lock()
+_names: list[str] = [NO_MODULE]  # by number
+_numbers: "weakref.WeakKeyDictionary[torch.nn.Module, int]" = weakref.WeakKeyDictionary()
+_roots: "weakref.WeakKeyDictionary[torch.nn.Module, str]" = weakref.WeakKeyDictionary()
+
+
+def _add(module: torch.nn.Module, name: str) -> int:
+    number = len(_names)
+    _names.append(name)
+    _numbers[module] = number
+    return number
+
+
+def number_of(module: torch.nn.Module, caller: Optional[torch.nn.Module]) -> int:
+    """The number of ``module``, called by ``caller`` (None: outermost)."""
+    found = _numbers.get(module)
+    if found is not None:
+        return found
+    with _lock:
+        found = _numbers.get(module)
+        if found is not None:
+            return found
+        if caller is None:
+            label = type(module).__name__
+            prefix = "" if not _roots else f"<{label}#{len(_roots) + 1}>."
+            _roots[module] = prefix
+            number = _add(module, label if not prefix else prefix.rstrip("."))
+            for path, child in module.named_modules():
+                if path and child not in _numbers:
+                    # an nn.Sequential's children are numbers: named after it
+                    _add(child, prefix + (f"{label}.{path}" if path[0].isdigit() else path))
+            return number
+        base = _names[_numbers.get(caller, 0)]
+        return _add(module, f"{base}.<{type(module).__name__}>")
+
+
+def name_of(number: int) -> str:
+    return _names[number] if 0 <= number < len(_names) else NO_MODULE

@@ -1,0 +1,280 @@
+"""Telling the tracer which blocks are which, while a profiled call runs.
+
+Nothing is registered on the user's objects: global hooks, on only while a
+profiler has a call running (``begin`` / ``end``), see every module and
+optimizer.  The outermost module call of a thread tags its parameters,
+buffers and gradients, and pushes a saved-tensors hook pair whose pack hook
+tags each tensor autograd saves (returning it detached, which is what autograd
+keeps anyway) until that module returns; an optimizer's step tags its
+parameters, gradients and state before and its state after.  ``end`` tags the
+gradients and optimizer state alive then.  A tag reaches back: a block tagged
+now counts as that kind at every peak of the call it was alive at.
+
+Blocks are named by their storage's address, which is the allocator's block
+on the CPU and for CUDA's caching allocator (a storage is one block); a CUDA
+block's bytes are the storage's rounded up to the allocator's 512.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any, Iterable, Optional
+
+import torch
+
+from ..common.tensors import grad_of, storage_of
+from ..sources import native
+from .modules import number_of
+from .names import code_of
+
+if TYPE_CHECKING:
+    from torch.utils.hooks import RemovableHandle
+
+    from ..line_profiler.tracers import TracerSet
+
+CUDA_BLOCK_BYTES = 512
+# PYTORCH_MEMLAB_KINDS=0: no hooks, no kinds, no modules (the peaks then say
+# the bytes tagged so far only: none)
+ENABLED = os.environ.get("PYTORCH_MEMLAB_KINDS", "1") != "0"
+
+_lock = threading.Lock()
+_sets: tuple["TracerSet", ...] = ()        # profilers with a call running (replaced, not mutated)
+_handles: list["RemovableHandle"] = []     # the hooks that start things
+_post: Optional["RemovableHandle"] = None  # the module post hook: stays while a thread needs it
+_pushed = 0                                 # threads inside a module our pre hook saw
+_local = threading.local()                  # .modules, .numbers: this thread's modules
+                                            # our pre hook saw; .pushed: saved hooks too
+_roots: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
+_optimizers: "weakref.WeakSet[torch.optim.Optimizer]" = weakref.WeakSet()
+
+
+def _tracers_for(device: str) -> list[native.Tracer]:
+    return [tracer for tracers in _sets
+            for where, tracer in zip(tracers.labels(), tracers.tracers) if where == device]
+
+
+# {device: ([addresses], [bytes])}: the blocks of some storages
+Blocks = dict[str, tuple[list[int], list[int]]]
+
+
+def blocks_of(tensors: Iterable[Optional[torch.Tensor]]) -> Blocks:
+    """The blocks of ``tensors``' storages, by device."""
+    groups: Blocks = {}
+    for t in tensors:
+        found = storage_of(t) if t is not None else None
+        if found is None or found[0][0] == "impl" or found[1] <= 0:
+            continue
+        (device, ptr), nbytes = found
+        if device.startswith("cuda"):
+            nbytes = -(-nbytes // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES
+        ptrs, sizes = groups.setdefault(device, ([], []))
+        ptrs.append(ptr)
+        sizes.append(nbytes)
+    return groups
+
+
+def tag_blocks(kind: Optional[str], blocks: Blocks, only_from: Optional[str] = "",
+               back: bool = True) -> None:
+    """Tag ``blocks`` as ``kind`` (None: untagged) in every profiler with a
+    call running; ``only_from``: only blocks of that kind now (None: untagged
+    ones; "": any); ``back``: at the peaks since they were made too, else
+    from now on."""
+    number = code_of(kind) if kind is not None else 0
+    old = -1 if only_from == "" else code_of(only_from) if only_from is not None else 0
+    for device, (ptrs, sizes) in blocks.items():
+        for tracer in _tracers_for(device):
+            native.tag_blocks(tracer, number, ptrs, sizes, old, back)
+
+
+def tag(kind: Optional[str], tensors: Iterable[Optional[torch.Tensor]],
+        only_from: Optional[str] = "", back: bool = True) -> None:
+    """``tag_blocks`` of ``tensors``' storages."""
+    if _sets:
+        tag_blocks(kind, blocks_of(tensors), only_from, back)
+
+
+def _compiling() -> bool:
+    return bool(torch.compiler.is_compiling())
+
+
+def _module_state(module: torch.nn.Module) -> None:
+    params = list(module.parameters())
+    tag("parameter", params)
+    tag("buffer", module.buffers())
+    tag("gradient", (grad_of(p) for p in params))
+
+
+def _optimizer_state(opt: torch.optim.Optimizer, with_grads: bool) -> None:
+    if with_grads:
+        params = [p for group in opt.param_groups for p in group["params"]]
+        tag("parameter", params)
+        tag("gradient", (grad_of(p) for p in params))
+    tag("optimizer_state", (v for state in opt.state.values() for v in state.values()
+                            if isinstance(v, torch.Tensor)))
+
+
+# ---- saved for backward -----------------------------------------------------------
+
+# {(device, address): times saved and not yet unpacked}: one storage is often
+# kept by two nodes (a Linear's input is the ReLU's output before it)
+_saved: dict[tuple[str, int], int] = {}
+
+
+def _pack(t: torch.Tensor) -> torch.Tensor:
+    if not _compiling():
+        found = storage_of(t)
+        if found is not None:
+            with _lock:
+                _saved[found[0]] = _saved.get(found[0], 0) + 1
+        tag("saved_for_backward", (t,), only_from=None)
+    return t.detach()       # not t: the graph would hold the tensor that holds the graph
+
+
+def _unpack(t: torch.Tensor) -> torch.Tensor:
+    # the node that kept it runs its backward now, and autograd lets go of it
+    # after: once every node that kept it has run, a block still alive is no
+    # longer saved (from then on: at the peaks before, it was)
+    found = storage_of(t) if not _compiling() else None
+    if found is None:
+        return t
+    with _lock:
+        left = _saved.pop(found[0], 0) - 1
+        if left > 0:
+            _saved[found[0]] = left
+    if left <= 0:
+        blocks = blocks_of((t,))          # addresses only: the hook must not keep t alive
+        node = torch._C._current_autograd_node()
+        if node is None:
+            _released(blocks)
+        else:
+            node.register_hook(lambda grad_inputs, grad_outputs: _released(blocks))
+    return t
+
+
+def _released(blocks: Blocks) -> None:
+    if _sets:
+        tag_blocks(None, blocks, only_from="saved_for_backward", back=False)
+
+
+def _push_saved() -> bool:
+    """Our pack hook on this thread's stack; False where autograd refuses
+    hooks now (functorch transforms) or a compiled module runs."""
+    try:
+        torch._C._autograd._push_saved_tensors_default_hooks(_pack, _unpack)
+    except RuntimeError:
+        return False
+    return True
+
+
+# ---- module hooks -----------------------------------------------------------------
+
+def _module_pre(module: torch.nn.Module, args: Any) -> None:
+    if not _sets or _compiling():
+        return
+    global _pushed
+    modules: list[Any] = _local.__dict__.setdefault("modules", [])
+    numbers: list[int] = _local.__dict__.setdefault("numbers", [])
+    if not modules:
+        _roots.add(module)
+        _module_state(module)
+        # a compiled model's guards would see the hooks: it keeps what it compiled with
+        _local.pushed = type(module).__name__ != "OptimizedModule" and _push_saved()
+        with _lock:
+            _pushed += 1
+    numbers.append(number_of(module, modules[-1] if modules else None))
+    modules.append(module)
+    native.set_module(numbers[-1])
+
+
+def _module_post(module: torch.nn.Module, args: Any, output: Any) -> None:
+    modules: list[Any] = getattr(_local, "modules", [])
+    if not modules or modules[-1] is not module:
+        return            # entered before our pre hook was on (or after it went)
+    modules.pop()
+    numbers: list[int] = _local.numbers
+    numbers.pop()
+    native.set_module(numbers[-1] if numbers else 0)
+    if not modules:
+        if getattr(_local, "pushed", False):
+            torch._C._autograd._pop_saved_tensors_default_hooks()
+            _local.pushed = False
+        global _pushed
+        with _lock:
+            _pushed -= 1
+            _drop_post_hook()
+
+
+def _drop_post_hook() -> None:
+    """The post hook goes once no profiler runs a call and no thread is
+    still inside a module our pre hook saw (_lock held): it pops what that
+    pushed (the module number, the saved-tensors hooks)."""
+    global _post
+    if not _sets and _pushed == 0 and _post is not None:
+        _post.remove()
+        _post = None
+
+
+# ---- optimizer hooks ----------------------------------------------------------------
+
+def _optimizer_pre(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    if _sets and not _compiling():
+        _optimizers.add(opt)
+        _optimizer_state(opt, with_grads=True)
+
+
+def _optimizer_post(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    if _sets and not _compiling():
+        _optimizer_state(opt, with_grads=False)
+
+
+# ---- on and off ---------------------------------------------------------------------
+
+def begin(tracers: "TracerSet") -> None:
+    """A profiler's call begins: its tracers take tags, the hooks are on."""
+    global _sets, _post
+    if not ENABLED:
+        return
+    with _lock:
+        if any(t is tracers for t in _sets):
+            return
+        _sets = _sets + (tracers,)
+        if _handles:
+            return
+        from torch.nn.modules import module as nn_module
+        from torch.optim import optimizer as optim_module
+        _handles.extend([
+            nn_module.register_module_forward_pre_hook(_module_pre),
+            optim_module.register_optimizer_step_pre_hook(_optimizer_pre),
+            optim_module.register_optimizer_step_post_hook(_optimizer_post)])
+        if _post is None:
+            _post = nn_module.register_module_forward_hook(_module_post, always_call=True)
+
+
+def end(tracers: "TracerSet") -> None:
+    """A profiler's last call ended (its tracers still attached): the
+    gradients and optimizer state alive now are tagged, then it takes no more
+    tags; the last one out takes the hooks off."""
+    global _sets
+    if not any(t is tracers for t in _sets):
+        return
+    for root in list(_roots):
+        tag("gradient", (grad_of(p) for p in root.parameters()))
+    for opt in list(_optimizers):
+        _optimizer_state(opt, with_grads=True)
+    with _lock:
+        _sets = tuple(t for t in _sets if t is not tracers)
+        if _sets:
+            return
+        for handle in _handles:
+            handle.remove()
+        _handles.clear()
+        _roots.clear()
+        _optimizers.clear()
+        _saved.clear()
+        _drop_post_hook()
+
+
+def hooks_on() -> bool:
+    """Is any of our global hooks registered now?"""
+    return bool(_handles) or _post is not None

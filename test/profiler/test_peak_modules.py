@@ -1,0 +1,136 @@
+"""Which module made what a function holds at its peak, with real torch on
+the CPU: each block made during the call is charged to the innermost module
+running on its thread, by its qualified name in the outermost module; the
+modules sum exactly to what the lines hold; the display folds repeated
+layers, the data never."""
+import threading
+
+import pytest
+
+from helpers import checked_peak, line_of
+
+torch = pytest.importorskip("torch")
+
+from pytorch_memlab import LineProfiler, load  # noqa: E402
+from pytorch_memlab.kinds.names import NO_MODULE, folded  # noqa: E402
+
+B, D = 4, 128
+ACT = B * D * 4
+
+
+def mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(D, D), torch.nn.ReLU(), torch.nn.Linear(D, D),
+                               torch.nn.ReLU(), torch.nn.Linear(D, D))
+
+
+def forward_loss(model, x):
+    out = model(x)
+    return out.sum()                                # the peak: one more scalar
+
+
+def by_module_sums(record):
+    peak, held = checked_peak(record)
+    assert sum(peak["by_module"].values()) == sum(held.values())
+    return peak["by_module"]
+
+
+def test_each_block_goes_to_the_module_that_made_it():
+    model, x = mlp(), torch.randn(B, D)
+    prof = LineProfiler(forward_loss, device="cpu")
+    with prof:
+        forward_loss(model, x)
+    record = prof.stats()[0]
+    assert record["peak"]["lineno"] == line_of(forward_loss, "# the peak")
+    # alive then: both ReLUs' outputs (kept for backward) and the last Linear's
+    assert by_module_sums(record) == {"Sequential.1": ACT, "Sequential.3": ACT,
+                                      "Sequential.4": ACT, NO_MODULE: 4}
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(D, 2 * D), torch.nn.ReLU(),
+                                       torch.nn.Linear(2 * D, D))
+
+    def forward(self, x):
+        return x + self.mlp(x)
+
+
+class Net(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([Block() for _ in range(n)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_nested_modules_by_qualified_name_and_folded_in_the_display_only(tmp_path):
+    torch.manual_seed(0)
+    model, x = Net(3), torch.randn(B, D)
+    prof = LineProfiler(forward_loss, device="cpu")
+    with prof:
+        forward_loss(model, x)
+    by_module = by_module_sums(prof.stats()[0])
+    # the peak: the last Block's ReLU, its first Linear's output still alive;
+    # each Block before keeps its ReLU's output (2*D wide) and its sum
+    assert by_module == {"layers.0": ACT, "layers.0.mlp.1": 2 * ACT,
+                         "layers.1": ACT, "layers.1.mlp.1": 2 * ACT,
+                         "layers.2.mlp.0": 2 * ACT, "layers.2.mlp.1": 2 * ACT}
+    assert folded("layers.2.mlp.1") == "layers.*.mlp.1" and folded("mlp.1") == "mlp.1"
+    assert folded("Sequential.2.mlp") == "Sequential.*.mlp"
+    text = repr(prof.display())
+    line = next(l for l in text.splitlines() if l.startswith("by module: "))
+    # a Block's own sum is the name's last part: not folded
+    assert line == ("by module: 12.00K layers.*.mlp.1, 4.00K layers.*.mlp.0, 2.00K layers.0, "
+                    "2.00K layers.1")
+    prof.save(tmp_path / "p.json")
+    assert load(tmp_path / "p.json").stats()[0]["peak"] == prof.stats()[0]["peak"]
+    assert repr(load(tmp_path / "p.json")) == text
+
+
+def run_model(model, x, barrier):
+    barrier.wait()
+    out = model(x)
+    barrier.wait()                                  # both threads' outputs alive
+    return out
+
+
+def test_each_thread_charges_its_own_module():
+    models, x = [mlp(), mlp()], torch.randn(B, D)
+    barrier = threading.Barrier(2)
+    prof = LineProfiler(run_model, device="cpu")
+    with prof:
+        threads = [threading.Thread(target=run_model, args=(m, x, barrier)) for m in models]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    peak, _ = checked_peak(prof.stats()[0])
+    by_module = by_module_sums(prof.stats()[0])
+    # the second model is named under its own root: a thread's lines hold
+    # only what its own model's modules made, the other's are other threads'
+    assert peak["other_threads"] >= 2 * ACT
+    names = set(by_module) - {NO_MODULE}
+    assert names and (all(n.startswith("<Sequential#") for n in names)
+                      or all(n.startswith("Sequential.") for n in names))
+
+
+def test_blocks_made_after_the_call_belong_to_no_module():
+    model, x = mlp(), torch.randn(B, D)
+    prof = LineProfiler(forward_loss, device="cpu")
+    with prof:
+        forward_loss(model, x)
+    from pytorch_memlab.kinds import tagging
+    assert getattr(tagging._local, "numbers", []) == []
+    prof2 = LineProfiler(outside, device="cpu")
+    with prof2:
+        outside()
+    assert by_module_sums(prof2.stats()[0]) == {NO_MODULE: ACT}
+
+
+def outside():
+    return torch.empty(B, D)
