@@ -208,7 +208,7 @@ def loads(text: str, where: str) -> Profile:
                 peak = _with_kinds(peak, row[-3], where, number)
             functions.append(FunctionRecord(qualname, filename, first_line, device,
                                             list(columns), [], calls=calls,
-                                            peak=peak,  # type: ignore[arg-type]
+                                            peak=peak,
                                             start_level=dict(zip(START_KEYS, starts))
                                             if any(v is not None for v in starts) else None))
             if device not in devices:
