@@ -12,6 +12,7 @@ from helpers import checked_peak, line_of
 torch = pytest.importorskip("torch")
 
 from pytorch_memlab import LineProfiler  # noqa: E402
+from pytorch_memlab.html_report import render_report  # noqa: E402
 from pytorch_memlab.kinds import tagging  # noqa: E402
 from pytorch_memlab.line_profiler.wrapping import wrap  # noqa: E402
 
@@ -78,6 +79,9 @@ def test_each_linear_keeps_its_input_for_backward():
     loss.backward()
     text = repr(prof.display())
     assert "\nby kind: " in text and " saved for backward" in text
+    line = next(l for l in text.splitlines() if l.startswith("by kind: "))
+    assert "<br>" + line + "<br>by module: " in prof.display()._repr_html_()  # the notebook
+    assert f'<p class="peaknote">{line}</p>' in render_report(prof)         # the HTML report
 
 
 def test_the_hooks_are_on_only_while_a_profiled_call_runs():
