@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 import torch
 
-from ..common.tensors import grad_of, storage_of
+from ..common.tensors import grad_of
 from ..sources import native
 from . import backward
 from .modules import number_of
@@ -65,13 +65,22 @@ Blocks = dict[str, tuple[list[int], list[int]]]
 
 
 def blocks_of(tensors: Iterable[Optional[torch.Tensor]]) -> Blocks:
-    """The blocks of ``tensors``' storages, by device."""
+    """The blocks of ``tensors``' storages, by device: those an allocator
+    made (resizable), not memory a storage only wraps (numpy arrays, mapped
+    files, DLPack imports), which no memory source counts."""
     groups: Blocks = {}
     for t in tensors:
-        found = storage_of(t) if t is not None else None
-        if found is None or found[0][0] == "impl" or found[1] <= 0:
+        if t is None or t.device.type == "meta":
             continue
-        (device, ptr), nbytes = found
+        try:
+            storage = t.untyped_storage()
+            if not storage.resizable():
+                continue
+            ptr, nbytes, device = storage.data_ptr(), int(storage.nbytes()), str(t.device)
+        except Exception:       # wrappers and subclasses that have no storage
+            continue
+        if ptr == 0 or nbytes <= 0:
+            continue
         if device.startswith("cuda"):
             nbytes = -(-nbytes // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES
         ptrs, sizes = groups.setdefault(device, ([], []))

@@ -194,3 +194,22 @@ def test_a_generator_sums_exactly():
     assert peak["by_kind"]["parameter"] == nbytes(model.parameters())
     assert peak["by_kind"]["saved_for_backward"] >= 3 * B * D * ITEM
     del losses
+
+
+def test_a_parameter_in_memory_no_allocator_made_is_left_out():
+    np = pytest.importorskip("numpy")
+    lin = torch.nn.Linear(D, D)
+    # a numpy array's memory: the counting allocator never saw it, so it is in
+    # no figure of the peak, and tagging it would make the kinds wrong
+    lin.weight = torch.nn.Parameter(torch.from_numpy(np.ones((D, D), dtype=np.float32)))
+    x = torch.randn(B, D)
+    prof = LineProfiler(linear_sum, device="cpu")
+    with prof:
+        linear_sum(lin, x)
+    peak, _ = checked_peak(prof.stats()[0])
+    assert "by_kind_missing" not in peak
+    assert peak["by_kind"]["parameter"] == lin.bias.untyped_storage().nbytes()
+
+
+def linear_sum(lin, x):
+    return lin(x).sum()
