@@ -3,11 +3,11 @@ names.  A module is named by its qualified name in the outermost module it
 was first called under (``encoder.layers.3.mlp.fc1``), found once from that
 module's ``named_modules()``; the outermost module itself by its class name,
 which also leads the names of its children that are numbers
-(``Sequential.2``);
-a module called under a second outermost one is named under it, after
-``<Class>#2.``; a module that is none of its outermost module's, after the
-module that called it.  Numbers are given once per process and never
-reused, so a record's figures keep their names after the call."""
+(``Sequential.2``); a module that is none of its outermost module's, after
+the module that called it.  Two outermost modules alike (two copies of a
+model) give their modules the same names: a record sums them by name.
+Numbers are given once per process and never reused, so a record's figures
+keep their names after the call."""
 from __future__ import annotations
 
 import threading
@@ -22,7 +22,6 @@ from .names import NO_MODULE
 _lock = threading.Lock()
 _names: list[str] = [NO_MODULE]  # by number
 _numbers: "weakref.WeakKeyDictionary[torch.nn.Module, int]" = weakref.WeakKeyDictionary()
-_roots: "weakref.WeakKeyDictionary[torch.nn.Module, str]" = weakref.WeakKeyDictionary()
 
 
 def _add(module: torch.nn.Module, name: str) -> int:
@@ -43,13 +42,11 @@ def number_of(module: torch.nn.Module, caller: Optional[torch.nn.Module]) -> int
             return found
         if caller is None:
             label = type(module).__name__
-            prefix = "" if not _roots else f"<{label}#{len(_roots) + 1}>."
-            _roots[module] = prefix
-            number = _add(module, label if not prefix else prefix.rstrip("."))
+            number = _add(module, label)
             for path, child in module.named_modules():
                 if path and child not in _numbers:
                     # an nn.Sequential's children are numbers: named after it
-                    _add(child, prefix + (f"{label}.{path}" if path[0].isdigit() else path))
+                    _add(child, f"{label}.{path}" if path[0].isdigit() else path)
             return number
         base = _names[_numbers.get(caller, 0)]
         return _add(module, f"{base}.<{type(module).__name__}>")

@@ -6,8 +6,9 @@ optimizer.  The outermost module call of a thread tags its parameters,
 buffers and gradients, and pushes a saved-tensors hook pair whose pack hook
 tags each tensor autograd saves (returning it detached, which is what autograd
 keeps anyway) until that module returns; an optimizer's step tags its
-parameters, gradients and state before and its state after.  ``end`` tags the
-gradients and optimizer state alive then.  A tag reaches back: a block tagged
+parameters, gradients and state before and after (a closure may run the
+backward inside ``step()``).  ``end`` tags the gradients and optimizer state
+alive then.  A tag reaches back: a block tagged
 now counts as that kind at every peak of the call it was alive at.
 
 Blocks are named by their storage's address, which is the allocator's block
@@ -23,8 +24,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 import torch
 
-from ..common.tensors import grad_of, storage_of
+from ..common.tensors import grad_of
 from ..sources import native
+from . import backward
 from .modules import number_of
 from .names import code_of
 
@@ -45,8 +47,12 @@ _post: Optional["RemovableHandle"] = None  # the module post hook: stays while a
 _pushed = 0                                 # threads inside a module our pre hook saw
 _local = threading.local()                  # .modules, .numbers: this thread's modules
                                             # our pre hook saw; .pushed: saved hooks too
+# seen since the first call began: an outermost module's parameters, buffers and
+# gradients are tagged when first seen (a tag stays with its block); an
+# optimizer's state when its count of tensors changes
 _roots: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
-_optimizers: "weakref.WeakSet[torch.optim.Optimizer]" = weakref.WeakSet()
+_optimizers: "weakref.WeakKeyDictionary[torch.optim.Optimizer, int]" = \
+    weakref.WeakKeyDictionary()
 
 
 def _tracers_for(device: str) -> list[native.Tracer]:
@@ -59,13 +65,22 @@ Blocks = dict[str, tuple[list[int], list[int]]]
 
 
 def blocks_of(tensors: Iterable[Optional[torch.Tensor]]) -> Blocks:
-    """The blocks of ``tensors``' storages, by device."""
+    """The blocks of ``tensors``' storages, by device: those an allocator
+    made (resizable), not memory a storage only wraps (numpy arrays, mapped
+    files, DLPack imports), which no memory source counts."""
     groups: Blocks = {}
     for t in tensors:
-        found = storage_of(t) if t is not None else None
-        if found is None or found[0][0] == "impl" or found[1] <= 0:
+        if t is None or t.device.type == "meta":
             continue
-        (device, ptr), nbytes = found
+        try:
+            storage = t.untyped_storage()
+            if not storage.resizable():
+                continue
+            ptr, nbytes, device = storage.data_ptr(), int(storage.nbytes()), str(t.device)
+        except Exception:       # wrappers and subclasses that have no storage
+            continue
+        if ptr == 0 or nbytes <= 0:
+            continue
         if device.startswith("cuda"):
             nbytes = -(-nbytes // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES
         ptrs, sizes = groups.setdefault(device, ([], []))
@@ -105,13 +120,18 @@ def _module_state(module: torch.nn.Module) -> None:
     tag("gradient", (grad_of(p) for p in params))
 
 
-def _optimizer_state(opt: torch.optim.Optimizer, with_grads: bool) -> None:
-    if with_grads:
-        params = [p for group in opt.param_groups for p in group["params"]]
+def _optimizer_state(opt: torch.optim.Optimizer) -> None:
+    """Its gradients; its parameters when first seen; its state when first
+    seen and whenever its count of tensors changed (Adam's first step)."""
+    params = [p for group in opt.param_groups for p in group["params"]]
+    known = _optimizers.get(opt)
+    if known is None:
         tag("parameter", params)
-        tag("gradient", (grad_of(p) for p in params))
-    tag("optimizer_state", (v for state in opt.state.values() for v in state.values()
-                            if isinstance(v, torch.Tensor)))
+    tag("gradient", (grad_of(p) for p in params))
+    state = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+    if known != len(state):
+        tag("optimizer_state", state)
+        _optimizers[opt] = len(state)
 
 
 # ---- saved for backward -----------------------------------------------------------
@@ -121,13 +141,20 @@ def _optimizer_state(opt: torch.optim.Optimizer, with_grads: bool) -> None:
 _saved: dict[tuple[str, int], int] = {}
 
 
+def _one_block(t: torch.Tensor) -> Optional[tuple[tuple[str, int], Blocks]]:
+    """((device, address), its Blocks) of t's storage, or None."""
+    blocks = blocks_of((t,))
+    for device, (ptrs, _) in blocks.items():
+        return (device, ptrs[0]), blocks
+    return None
+
+
 def _pack(t: torch.Tensor) -> torch.Tensor:
-    if not _compiling():
-        found = storage_of(t)
-        if found is not None:
-            with _lock:
-                _saved[found[0]] = _saved.get(found[0], 0) + 1
-        tag("saved_for_backward", (t,), only_from=None)
+    found = _one_block(t) if _sets and not _compiling() else None
+    if found is not None:
+        with _lock:
+            _saved[found[0]] = _saved.get(found[0], 0) + 1
+        tag_blocks("saved_for_backward", found[1], only_from=None)
     return t.detach()       # not t: the graph would hold the tensor that holds the graph
 
 
@@ -135,15 +162,15 @@ def _unpack(t: torch.Tensor) -> torch.Tensor:
     # the node that kept it runs its backward now, and autograd lets go of it
     # after: once every node that kept it has run, a block still alive is no
     # longer saved (from then on: at the peaks before, it was)
-    found = storage_of(t) if not _compiling() else None
+    found = _one_block(t) if not _compiling() else None
     if found is None:
         return t
+    key, blocks = found                   # addresses only: the hook must not keep t alive
     with _lock:
-        left = _saved.pop(found[0], 0) - 1
+        left = _saved.pop(key, 0) - 1
         if left > 0:
-            _saved[found[0]] = left
+            _saved[key] = left
     if left <= 0:
-        blocks = blocks_of((t,))          # addresses only: the hook must not keep t alive
         node = torch._C._current_autograd_node()
         if node is None:
             _released(blocks)
@@ -176,8 +203,9 @@ def _module_pre(module: torch.nn.Module, args: Any) -> None:
     modules: list[Any] = _local.__dict__.setdefault("modules", [])
     numbers: list[int] = _local.__dict__.setdefault("numbers", [])
     if not modules:
-        _roots.add(module)
-        _module_state(module)
+        if module not in _roots:
+            _roots.add(module)
+            _module_state(module)
         # a compiled model's guards would see the hooks: it keeps what it compiled with
         _local.pushed = type(module).__name__ != "OptimizedModule" and _push_saved()
         with _lock:
@@ -193,6 +221,8 @@ def _module_post(module: torch.nn.Module, args: Any, output: Any) -> None:
         return            # entered before our pre hook was on (or after it went)
     modules.pop()
     numbers: list[int] = _local.numbers
+    if _sets and not _compiling():
+        backward.watch(len(numbers), numbers[-1], args, output)
     numbers.pop()
     native.set_module(numbers[-1] if numbers else 0)
     if not modules:
@@ -219,13 +249,13 @@ def _drop_post_hook() -> None:
 
 def _optimizer_pre(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
     if _sets and not _compiling():
-        _optimizers.add(opt)
-        _optimizer_state(opt, with_grads=True)
+        _optimizer_state(opt)
 
 
 def _optimizer_post(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    # gradients too: a closure (Lightning's) runs the backward inside step()
     if _sets and not _compiling():
-        _optimizer_state(opt, with_grads=False)
+        _optimizer_state(opt)
 
 
 # ---- on and off ---------------------------------------------------------------------
@@ -261,7 +291,7 @@ def end(tracers: "TracerSet") -> None:
     for root in list(_roots):
         tag("gradient", (grad_of(p) for p in root.parameters()))
     for opt in list(_optimizers):
-        _optimizer_state(opt, with_grads=True)
+        _optimizer_state(opt)
     with _lock:
         _sets = tuple(t for t in _sets if t is not tracers)
         if _sets:

@@ -104,7 +104,8 @@ def _section(section: Table) -> str:
     where = f"{section.filename}:{section.first_line}"
     pm = section.postmortem
     after = "" if pm is None else f"<pre>{html.escape(pm)}</pre>"
-    peaks = "".join(peak_bar(note) for note in section.peaks)
+    peaks = "".join(peak_bar(note) for note in section.peaks) + "".join(
+        f'<p class="peaknote">{html.escape(line)}</p>' for line in section.kinds)
     hidden = (f" &middot; {section.hidden} line{'s' if section.hidden != 1 else ''} that "
               "never ran not shown" if section.hidden else "")
     return (f'<section data-qualname="{html.escape(section.qualname)}">'

@@ -81,8 +81,9 @@ class _NotebookStyle:
         self.anchor = "memlab" + hashlib.sha1(names.encode()).hexdigest()[:8]
 
     def section(self, table: Table) -> str:
+        # a note's lines (the peak, then its kinds and modules) stay lines
         return _section(table, self.anchor) + "".join(
-            f"<p>{html.escape(n)}</p>" for n in table.notes)
+            "<p>" + "<br>".join(map(html.escape, n.split("\n"))) + "</p>" for n in table.notes)
 
     def note(self, text: str) -> str:
         return f"<p>{html.escape(text)}</p>"

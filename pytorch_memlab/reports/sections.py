@@ -169,6 +169,8 @@ class Table:
     # the breakdown of each device's peak, or why there is none: its text
     # leads ``notes``, and the HTML report draws its items as a bar
     peaks: list[PeakNote] = field(default_factory=list)
+    # the lines by kind and by module under each peak line (also in ``notes``)
+    kinds: list[str] = field(default_factory=list)
 
 
 def _by_call_figures(section: Section, lines: Sequence[LineRecord], columns: Sequence[str],
@@ -225,13 +227,15 @@ def _table(section: Section, profile: Profile, full: dict[tuple[str, str], int],
         rows.append(Row(first.lineno, first.code, count_cell(first), note, first.ran, figures))
     pm = section.postmortem
     peaks = [] if by_call else peak_breakdowns(section.records)
-    notes = [] if by_call else (with_kinds(section.records, [p.text for p in peaks])
-                                + [n for n in map(first_call_note, section.records) if n])
+    with_lines = [] if by_call else with_kinds(section.records, [p.text for p in peaks])
+    notes = with_lines + ([] if by_call else
+                          [n for n in map(first_call_note, section.records) if n])
+    kinds = [line for note in with_lines for line in note.split("\n")[1:]]
     if rows and not any(row.code.strip() for row in rows):
         notes.append(no_source_note(section.qualname, section.filename))
     return Table(section.qualname, section.filename, section.first_line, groups,
                  columns, rows, None if pm is None else format_postmortem(pm, section.qualname),
-                 notes, _curves(section, code) if curves else [], hidden, peaks)
+                 notes, _curves(section, code) if curves else [], hidden, peaks, kinds)
 
 
 class Style(Protocol):

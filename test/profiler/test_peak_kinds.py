@@ -12,6 +12,7 @@ from helpers import checked_peak, line_of
 torch = pytest.importorskip("torch")
 
 from pytorch_memlab import LineProfiler  # noqa: E402
+from pytorch_memlab.html_report import render_report  # noqa: E402
 from pytorch_memlab.kinds import tagging  # noqa: E402
 from pytorch_memlab.line_profiler.wrapping import wrap  # noqa: E402
 
@@ -78,6 +79,9 @@ def test_each_linear_keeps_its_input_for_backward():
     loss.backward()
     text = repr(prof.display())
     assert "\nby kind: " in text and " saved for backward" in text
+    line = next(l for l in text.splitlines() if l.startswith("by kind: "))
+    assert "<br>" + line + "<br>by module: " in prof.display()._repr_html_()  # the notebook
+    assert f'<p class="peaknote">{line}</p>' in render_report(prof)         # the HTML report
 
 
 def test_the_hooks_are_on_only_while_a_profiled_call_runs():
@@ -190,3 +194,22 @@ def test_a_generator_sums_exactly():
     assert peak["by_kind"]["parameter"] == nbytes(model.parameters())
     assert peak["by_kind"]["saved_for_backward"] >= 3 * B * D * ITEM
     del losses
+
+
+def test_a_parameter_in_memory_no_allocator_made_is_left_out():
+    np = pytest.importorskip("numpy")
+    lin = torch.nn.Linear(D, D)
+    # a numpy array's memory: the counting allocator never saw it, so it is in
+    # no figure of the peak, and tagging it would make the kinds wrong
+    lin.weight = torch.nn.Parameter(torch.from_numpy(np.ones((D, D), dtype=np.float32)))
+    x = torch.randn(B, D)
+    prof = LineProfiler(linear_sum, device="cpu")
+    with prof:
+        linear_sum(lin, x)
+    peak, _ = checked_peak(prof.stats()[0])
+    assert "by_kind_missing" not in peak
+    assert peak["by_kind"]["parameter"] == lin.bias.untyped_storage().nbytes()
+
+
+def linear_sum(lin, x):
+    return lin(x).sum()
