@@ -8,8 +8,8 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Optional, Union
 
 from .. import sources
 from ..common.callables import compiled_by_dynamo, resolve_function
-from ..kinds import tagging
 from ..common.devices import DeviceArg, add_follower, note_cpu_fallback, resolve_devices
+from ..kinds import tagging
 from ..records.columns import ColumnsArg, normalize_columns, pick_columns
 from ..records.curve import DEFAULT_CURVE, CurveArg, check_curve
 from ..records.meanings import Field
@@ -328,19 +328,16 @@ class LineProfiler:
         return notes
 
     def _meanings(self) -> dict[str, Field]:
-        """Kind and unit of each recorded column, as its source declares it: the
-        one place a profile learns them (reports and saved files read these)."""
+        """Each recorded column's kind and unit, as its source declares them."""
         return {c: sources.field_meaning(c) for c in self.columns}
 
     def display(self, func: Any = None, columns: ColumnsArg = None,
                 by_call: bool = False, hide_unrun: bool = False) -> ProfileDisplay:
-        """A table of ``func`` (a function, a qualname, a list of them; None: all)
-        that renders as HTML in notebooks (with each function's curve above
-        its table) and as text with ``print``/``repr``.  ``by_call``: each
-        device's figures of the first call and of the later calls side by
-        side; ``hide_unrun``: leave out the lines that never ran.  The text
-        holds no curve: the curves are built when the HTML is first asked for,
-        and the HTML shows the figures of that moment."""
+        """A table of ``func`` (a function, a qualname, a list of them; None: all):
+        HTML in notebooks (each function's curve above its table, built when
+        first drawn), text with ``print``/``repr``.  ``by_call``: the first
+        call's figures and the later calls' side by side; ``hide_unrun``:
+        leave out the lines that never ran."""
         def profile(curves: bool) -> Profile:
             records = self._stats(func, columns, curves)
             with self._lock:
@@ -353,9 +350,8 @@ class LineProfiler:
                     stream: Optional[IO[str]] = None, by_call: bool = False,
                     hide_unrun: bool = False) -> None:
         """Write the text table to ``stream`` (default: sys.stdout), then a
-        blank line so that tables printed one after another stay apart.
-        ``by_call``: the first call's figures and the later calls' side by
-        side; ``hide_unrun``: leave out the lines that never ran."""
+        blank line to keep tables apart; ``by_call`` and ``hide_unrun`` as
+        for ``display``."""
         out = stream if stream is not None else sys.stdout
         out.write(repr(self.display(func, columns, by_call, hide_unrun)) + "\n")
         out.flush()
@@ -393,8 +389,8 @@ class LineProfiler:
         JSON (``.json``, versioned schema, read back by ``pytorch_memlab.load``)
         or CSV (``.csv``, one row per source line); ``format`` ("json" or
         "csv") overrides the extension.  A ``profile_every`` function's
-        profiler saves the figures since its last table, or, when no call ran
-        since, that table's.  The HTML report: ``pytorch_memlab.html_report``."""
+        profiler saves the figures since its last table, or that table's if no
+        call ran since.  HTML: ``pytorch_memlab.html_report``."""
         from ..records import saved
         saved.save(self.to_profile(), path, format)
 
