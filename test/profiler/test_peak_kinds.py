@@ -213,3 +213,39 @@ def test_a_parameter_in_memory_no_allocator_made_is_left_out():
 
 def linear_sum(lin, x):
     return lin(x).sum()
+
+
+class Waits(torch.nn.Module):
+    """A module whose forward waits for a go (another thread's profiled call
+    ends meanwhile)."""
+
+    def __init__(self, entered, go):
+        super().__init__()
+        self.lin = torch.nn.Linear(D, D)
+        self.entered, self.go = entered, go
+
+    def forward(self, x):
+        self.entered.set()
+        self.go.wait()
+        return self.lin(x)
+
+
+def test_a_thread_inside_a_module_when_the_call_ends_pops_what_was_pushed():
+    entered, go = threading.Event(), threading.Event()
+    model, x, after = Waits(entered, go), torch.randn(B, D), []
+
+    def other_thread():
+        model(x)
+        after.append(torch._C._autograd._top_saved_tensors_default_hooks(False))
+    prof = LineProfiler(forward_loss, device="cpu")
+    thread = threading.Thread(target=other_thread, daemon=True)
+    try:
+        with prof:
+            thread.start()
+            assert entered.wait(60)
+        # the call ended: the hooks that start things are off, the one that pops stays
+        assert tagging.hooks_on() and not tagging._handles
+    finally:
+        go.set()
+        thread.join(60)
+    assert after == [None] and not tagging.hooks_on()
