@@ -30,16 +30,7 @@ import torch
 from pytorch_memlab import LineProfiler, _tracer, sources
 from pytorch_memlab.records.columns import GROWTH_FIELD
 from pytorch_memlab.records.curve import PEAK_FIELD, RESERVED_FIELD
-
-
-def hot_loop(x, n):
-    """Five line events per iteration: the for line and four small ops."""
-    for _ in range(n):
-        x = x + 1
-        x = x - 1
-        x = x * 1
-        x = x + 1
-    return x
+from torch_workloads import hot_loop  # noqa: E402  (bench/ is on sys.path as a script)
 
 
 def profiler_tracer(dev, curve="peak", follow_blocks=True):
