@@ -2,6 +2,7 @@
  * read each function's peak with the tagged bytes of each of its places. */
 #include "kinds.h"
 #include "tracer.h"
+#include "tracer_methods.h"
 
 #include <stdlib.h>
 
@@ -228,19 +229,7 @@ memlab_peaks_by_kind(PyObject *module, PyObject *obj)
     if (t == NULL) {
         return NULL;
     }
-    PyObject *peaks = PyList_New(0);
-    for (int i = 0; peaks != NULL && i < t->codes.n_tables; i++) {
-        LineTable *table = t->codes.tables[i];
-        AttribPeak *p = attrib_peak_copy(table);
-        PyObject *peak = p != NULL ? peak_row(p) : Py_NewRef(Py_None);
-        free(p);
-        PyObject *row = peak ? PyTuple_Pack(2, table->code, peak) : NULL;
-        if (row == NULL || PyList_Append(peaks, row) < 0) {
-            Py_CLEAR(peaks);
-        }
-        Py_XDECREF(row);
-        Py_XDECREF(peak);
-    }
+    PyObject *peaks = tracer_peak_rows(t, peak_row);
     if (peaks == NULL) {
         return NULL;
     }

@@ -11,6 +11,9 @@ int tracer_ready(TracerObject *self);
 PyObject *Tracer_stats(TracerObject *self, PyObject *unused);
 PyObject *Tracer_call_stats(TracerObject *self, PyObject *unused);
 PyObject *Tracer_peaks(TracerObject *self, PyObject *unused);
+/* [(code, peak_of(its peak) or None)] over the tracer's tables (the peak a
+ * copy, taken under attrib's lock); NULL with an exception set. */
+PyObject *tracer_peak_rows(TracerObject *t, PyObject *(*peak_of)(const AttribPeak *));
 PyObject *Tracer_live_by_line(TracerObject *self, PyObject *code);
 PyObject *Tracer_curves(TracerObject *self, PyObject *unused);
 PyObject *Tracer_get_peak_unavailable(TracerObject *self, void *closure);

@@ -100,16 +100,13 @@ peak_to_tuple(const AttribPeak *p)
 }
 
 PyObject *
-Tracer_peaks(TracerObject *self, PyObject *unused)
+tracer_peak_rows(TracerObject *t, PyObject *(*peak_of)(const AttribPeak *))
 {
-    if (!tracer_ready(self)) {
-        return NULL;
-    }
     PyObject *result = PyList_New(0);
-    for (int i = 0; result != NULL && i < self->codes.n_tables; i++) {
-        LineTable *table = self->codes.tables[i];
+    for (int i = 0; result != NULL && i < t->codes.n_tables; i++) {
+        LineTable *table = t->codes.tables[i];
         AttribPeak *p = attrib_peak_copy(table);
-        PyObject *peak = p != NULL ? peak_to_tuple(p) : Py_NewRef(Py_None);
+        PyObject *peak = p != NULL ? peak_of(p) : Py_NewRef(Py_None);
         free(p);
         PyObject *row = peak ? PyTuple_Pack(2, table->code, peak) : NULL;
         if (row == NULL || PyList_Append(result, row) < 0) {
@@ -119,6 +116,15 @@ Tracer_peaks(TracerObject *self, PyObject *unused)
         Py_XDECREF(peak);
     }
     return result;
+}
+
+PyObject *
+Tracer_peaks(TracerObject *self, PyObject *unused)
+{
+    if (!tracer_ready(self)) {
+        return NULL;
+    }
+    return tracer_peak_rows(self, peak_to_tuple);
 }
 
 /* What is alive now around the latest call of `code` (Tracer.live_by_line). */
