@@ -1,5 +1,6 @@
 """Shared fixtures.  The whole suite runs once per tracer mechanism, chosen by
 PYTORCH_MEMLAB_TRACER (see .ci/run); capability flags decide skips."""
+import gc
 import importlib.util
 import signal
 import sys
@@ -47,3 +48,12 @@ def pytest_report_header(config):
     from pytorch_memlab import _tracer
     return (f"pytorch_memlab tracer mechanism: {_tracer.MECHANISM}; "
             f"torch: {HAVE_TORCH}; cuda: {HAVE_CUDA}; python {sys.version.split()[0]}")
+
+
+@pytest.fixture(autouse=True)
+def _no_earlier_garbage():
+    """CPU memory is counted for the whole process: an earlier test's tensors
+    left in reference cycles, collected in the middle of a test, would be
+    frees it did not make.  Collected before each test instead."""
+    gc.collect()
+    yield

@@ -128,20 +128,28 @@ def test_cpu_many_blocks_freed_in_any_order_are_each_counted(cpu_source):
     """The wrapper's table of live blocks (address -> size) through growth,
     collisions and removals in random order, with addresses reused: after
     every step the live bytes are exactly those of the tensors kept."""
+    import gc
     import random
     rng = random.Random(7)
-    base = cpu_reading()
-    kept = {}
-    for step in range(40):
-        for i in range(rng.randrange(200, 1500)):
-            n = rng.randrange(1, 5000)
-            kept[(step, i)] = torch.empty(n, dtype=torch.uint8)
-        for key in rng.sample(sorted(kept), k=len(kept) // 2):
-            del kept[key]
-        d = delta(cpu_reading(), base)
-        assert d["active_bytes.all.current"] == sum(t.numel() for t in kept.values())
-        assert d["allocation.all.current"] == len(kept)
-    kept.clear()
+    # the counts are the process's: an earlier test's tensors in reference
+    # cycles, collected in the middle, would be frees this test did not make
+    gc.collect()
+    gc.disable()
+    try:
+        base = cpu_reading()
+        kept = {}
+        for step in range(40):
+            for i in range(rng.randrange(200, 1500)):
+                n = rng.randrange(1, 5000)
+                kept[(step, i)] = torch.empty(n, dtype=torch.uint8)
+            for key in rng.sample(sorted(kept), k=len(kept) // 2):
+                del kept[key]
+            d = delta(cpu_reading(), base)
+            assert d["active_bytes.all.current"] == sum(t.numel() for t in kept.values())
+            assert d["allocation.all.current"] == len(kept)
+        kept.clear()
+    finally:
+        gc.enable()
     d = delta(cpu_reading(), base)
     assert d["active_bytes.all.current"] == 0 and d["allocation.all.current"] == 0
 
