@@ -25,6 +25,7 @@ SCRIPT = textwrap.dedent('''
     SEED, SECONDS = int(sys.argv[1]), float(sys.argv[2])
     rng = random.Random(SEED)
     tracers = []          # filled below; sources may act on them
+    calm = threading.Event()  # set at shutdown: sources stop switching tracers
 
     # What enable()/disable() may answer when another thread (or the source
     # itself) is switching the same tracer: documented refusals, not defects.
@@ -39,6 +40,8 @@ SCRIPT = textwrap.dedent('''
 
     def chaos(rng):
         """What a Python source may do inside an event."""
+        if calm.is_set():
+            return
         roll = rng.random()
         if roll < 0.02 and tracers:
             t = rng.choice(tracers)
@@ -166,6 +169,9 @@ SCRIPT = textwrap.dedent('''
     worker(rng.random())
     for th in threads:
         th.join()
+    # Disabling one tracer closes its source's readers, and a source's chaos
+    # may re-enable a tracer already disabled: quiet the sources first.
+    calm.set()
     for t in tracers:
         control(t.disable)
     for t in tracers:
