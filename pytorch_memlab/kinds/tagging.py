@@ -55,9 +55,18 @@ _optimizers: "weakref.WeakKeyDictionary[torch.optim.Optimizer, int]" = \
     weakref.WeakKeyDictionary()
 
 
-def _tracers_for(device: str) -> list[native.Tracer]:
-    return [tracer for tracers in _sets
-            for where, tracer in zip(tracers.labels(), tracers.tracers) if where == device]
+# {device: the tracers of _sets that follow it}: replaced with _sets
+_by_device: dict[str, list[native.Tracer]] = {}
+
+
+def _running(sets: tuple["TracerSet", ...]) -> None:
+    """_sets is ``sets`` from now on (_lock held)."""
+    global _sets, _by_device
+    by_device: dict[str, list[native.Tracer]] = {}
+    for tracers in sets:
+        for where, tracer in zip(tracers.labels(), tracers.tracers):
+            by_device.setdefault(where, []).append(tracer)
+    _sets, _by_device = sets, by_device
 
 
 # {device: ([addresses], [bytes])}: the blocks of some storages
@@ -70,23 +79,31 @@ def blocks_of(tensors: Iterable[Optional[torch.Tensor]]) -> Blocks:
     files, DLPack imports), which no memory source counts."""
     groups: Blocks = {}
     for t in tensors:
-        if t is None or t.device.type == "meta":
-            continue
-        try:
-            storage = t.untyped_storage()
-            if not storage.resizable():
-                continue
-            ptr, nbytes, device = storage.data_ptr(), int(storage.nbytes()), str(t.device)
-        except Exception:       # wrappers and subclasses that have no storage
-            continue
-        if ptr == 0 or nbytes <= 0:
-            continue
-        if device.startswith("cuda"):
-            nbytes = -(-nbytes // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES
-        ptrs, sizes = groups.setdefault(device, ([], []))
-        ptrs.append(ptr)
-        sizes.append(nbytes)
+        block = block_of(t)
+        if block is not None:
+            ptrs, sizes = groups.setdefault(block[0], ([], []))
+            ptrs.append(block[1])
+            sizes.append(block[2])
     return groups
+
+
+def block_of(t: Optional[torch.Tensor]) -> Optional[tuple[str, int, int]]:
+    """(device, address, bytes) of the block of ``t``'s storage, or None (see
+    blocks_of)."""
+    if t is None:
+        return None
+    try:
+        storage = t.untyped_storage()
+        if not storage.resizable():
+            return None
+        ptr, nbytes = storage.data_ptr(), int(storage.nbytes())
+    except Exception:       # wrappers, subclasses and meta tensors: no storage
+        return None
+    if ptr == 0 or nbytes <= 0:
+        return None
+    if t.is_cuda:
+        nbytes = -(-nbytes // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES
+    return str(t.device), ptr, nbytes
 
 
 def tag_blocks(kind: Optional[str], blocks: Blocks, only_from: Optional[str] = "",
@@ -98,7 +115,7 @@ def tag_blocks(kind: Optional[str], blocks: Blocks, only_from: Optional[str] = "
     number = code_of(kind) if kind is not None else 0
     old = -1 if only_from == "" else code_of(only_from) if only_from is not None else 0
     for device, (ptrs, sizes) in blocks.items():
-        for tracer in _tracers_for(device):
+        for tracer in _by_device.get(device, ()):
             native.tag_blocks(tracer, number, ptrs, sizes, old, back)
 
 
@@ -141,20 +158,22 @@ def _optimizer_state(opt: torch.optim.Optimizer) -> None:
 _saved: dict[tuple[str, int], int] = {}
 
 
-def _one_block(t: torch.Tensor) -> Optional[tuple[tuple[str, int], Blocks]]:
-    """((device, address), its Blocks) of t's storage, or None."""
-    blocks = blocks_of((t,))
-    for device, (ptrs, _) in blocks.items():
-        return (device, ptrs[0]), blocks
-    return None
+SAVED = code_of("saved_for_backward")
+
+
+def _tag_one(number: int, block: tuple[str, int, int], old: int, back: bool) -> None:
+    """tag_blocks of one block, by kind numbers: the saved-tensor hooks' path."""
+    for tracer in _by_device.get(block[0], ()):
+        native.tag_blocks(tracer, number, (block[1],), (block[2],), old, back)
 
 
 def _pack(t: torch.Tensor) -> torch.Tensor:
-    found = _one_block(t) if _sets and not _compiling() else None
-    if found is not None:
+    block = block_of(t) if _sets and not _compiling() else None
+    if block is not None:
+        key = block[:2]
         with _lock:
-            _saved[found[0]] = _saved.get(found[0], 0) + 1
-        tag_blocks("saved_for_backward", found[1], only_from=None)
+            _saved[key] = _saved.get(key, 0) + 1
+        _tag_one(SAVED, block, 0, True)     # untagged blocks only
     return t.detach()       # not t: the graph would hold the tensor that holds the graph
 
 
@@ -162,10 +181,10 @@ def _unpack(t: torch.Tensor) -> torch.Tensor:
     # the node that kept it runs its backward now, and autograd lets go of it
     # after: once every node that kept it has run, a block still alive is no
     # longer saved (from then on: at the peaks before, it was)
-    found = _one_block(t) if not _compiling() else None
-    if found is None:
+    block = block_of(t) if not _compiling() else None
+    if block is None:
         return t
-    key, blocks = found                   # addresses only: the hook must not keep t alive
+    key = block[:2]                       # numbers only: the hook must not keep t alive
     with _lock:
         left = _saved.pop(key, 0) - 1
         if left > 0:
@@ -173,15 +192,15 @@ def _unpack(t: torch.Tensor) -> torch.Tensor:
     if left <= 0:
         node = torch._C._current_autograd_node()
         if node is None:
-            _released(blocks)
+            _released(block)
         else:
-            node.register_hook(lambda grad_inputs, grad_outputs: _released(blocks))
+            node.register_hook(lambda grad_inputs, grad_outputs: _released(block))
     return t
 
 
-def _released(blocks: Blocks) -> None:
+def _released(block: tuple[str, int, int]) -> None:
     if _sets:
-        tag_blocks(None, blocks, only_from="saved_for_backward", back=False)
+        _tag_one(0, block, SAVED, False)
 
 
 def _push_saved() -> bool:
@@ -248,7 +267,9 @@ def _drop_post_hook() -> None:
 # ---- optimizer hooks ----------------------------------------------------------------
 
 def _optimizer_pre(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-    if _sets and not _compiling():
+    # once per optimizer: a tag reaches back, so what step() leaves alive is
+    # told after it; before it only what it may free in its first step
+    if _sets and not _compiling() and opt not in _optimizers:
         _optimizer_state(opt)
 
 
@@ -262,13 +283,13 @@ def _optimizer_post(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
 
 def begin(tracers: "TracerSet") -> None:
     """A profiler's call begins: its tracers take tags, the hooks are on."""
-    global _sets, _post
+    global _post
     if not ENABLED:
         return
     with _lock:
         if any(t is tracers for t in _sets):
             return
-        _sets = _sets + (tracers,)
+        _running(_sets + (tracers,))
         if _handles:
             return
         from torch.nn.modules import module as nn_module
@@ -285,7 +306,6 @@ def end(tracers: "TracerSet") -> None:
     """A profiler's last call ended (its tracers still attached): the
     gradients and optimizer state alive now are tagged, then it takes no more
     tags; the last one out takes the hooks off."""
-    global _sets
     if not any(t is tracers for t in _sets):
         return
     for root in list(_roots):
@@ -293,7 +313,7 @@ def end(tracers: "TracerSet") -> None:
     for opt in list(_optimizers):
         _optimizer_state(opt)
     with _lock:
-        _sets = tuple(t for t in _sets if t is not tracers)
+        _running(tuple(t for t in _sets if t is not tracers))
         if _sets:
             return
         for handle in _handles:
