@@ -256,6 +256,8 @@ def test_cuda_mlp_leftover_blocks_are_labelled():
     result, allocated, _ = _mlp_after_adam_step()
     unlabelled = [b for b in result.blocks if b.counted and b.label is None]
     assert sum(b.size for b in unlabelled) <= allocated // 100, unlabelled
+    workspaces = [b for b in result.blocks if b.label and "workspace (by its size)" in b.label]
+    assert workspaces and {b.kind for b in workspaces} == {"workspace"}
 
 
 @pytest.mark.cuda
