@@ -3,9 +3,10 @@ how a module's name reads in a report.  No torch: a saved profile is viewed
 without it."""
 from __future__ import annotations
 
+PARAMETER, BUFFER, GRADIENT, OPTIMIZER_STATE = "parameter", "buffer", "gradient", "optimizer_state"
+SAVED_FOR_BACKWARD, WORKSPACE = "saved_for_backward", "workspace"
 # Kinds Python tags (the tracer's numbering: TAGGED[i] is kind i + 1).
-TAGGED = ("parameter", "buffer", "gradient", "optimizer_state", "saved_for_backward",
-          "workspace")
+TAGGED = (PARAMETER, BUFFER, GRADIENT, OPTIMIZER_STATE, SAVED_FOR_BACKWARD, WORKSPACE)
 # The rest of each place of a peak, by where it was made: alive before the
 # call, made on one of its lines, made by another thread during it.
 INPUT, TEMPORARY, OTHER = "input", "temporary", "other"

@@ -14,6 +14,7 @@ prints after the line table (``reports.postmortem_text``, which needs no torch):
      "fragmentation_bytes": ...,                 # reserved - allocated
      "largest_free_block_bytes": ...,            # CUDA: largest inactive block
      "tensors": [{"name", "kind", "dtype", "shape", "bytes", "line"}, ...],   # top 10
+     # kind: "local" (a frame's variable), else MemReporter's "gradient" or "other"
      "live_by_line": {"bytes", "call", "before_call", "other_threads",
                       "after_call", "lines": [{"lineno", "bytes"}, ...],
                       "by_kind": {...}, "by_module": {...}},   # since version 6

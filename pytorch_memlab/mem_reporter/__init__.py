@@ -11,14 +11,20 @@ A report lists tensors found from five sources, in this order:
 5. every other tensor the garbage collector knows of, numbered per type
    (``Tensor0``, ``Parameter0``, ...), each followed by its ``.grad``.
 
+Each row's ``kind`` is one of the peak's kinds (``kinds.names``): parameter,
+buffer, gradient, optimizer_state, saved_for_backward, and other for a tensor
+with no role (an output, a variable, one the collector knows): a report
+belongs to no call, so never input or temporary (``rows.MEMREPORTER_KINDS``).
+
 Rows of the last three sources whose CPU storage was allocated on a line of
 a function an enabled profiler reads name that line too: ``x (step:12)``
 (``sites``).
 
 On a CUDA device, the allocator's own blocks (``torch.cuda.memory._snapshot()``) are
 matched against the storages found: every other active block is listed with its size,
-stream and, where it can be known, what it is (see ``blocks``), so that the blocks
-add up to ``torch.cuda.memory_allocated()`` exactly.
+stream, kind (workspace, saved_for_backward or other) and, where it can be known,
+what it is (see ``blocks``), so that the blocks add up to
+``torch.cuda.memory_allocated()`` exactly.
 
 Rows are then grouped per device (cpu, cuda:0, cuda:1, ...) and, within a
 device, per storage in the order storages were first met.

@@ -30,6 +30,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..common.devices import cuda_in_use
+from ..kinds.names import OTHER, SAVED_FOR_BACKWARD, WORKSPACE
 
 __all__ = ["BlockRow", "DeviceBlocks", "snapshot_segments", "split_blocks", "start_recording"]
 
@@ -50,6 +51,7 @@ class BlockRow:
     state: str                     # active_allocated / active_awaiting_free
     label: Optional[str] = None    # what it is, where that can be known
     allocated_at: Optional[str] = None   # "file.py:12 (func)" with recorded history
+    kind: str = OTHER              # workspace, saved_for_backward or other (rows.MEMREPORTER_KINDS)
 
     @property
     def counted(self) -> bool:
@@ -145,10 +147,22 @@ def snapshot_segments() -> Optional[list[dict[str, Any]]]:
     return list(torch.cuda.memory._snapshot().get("segments", []))
 
 
+def _saved_name(block: dict[str, Any], graph: dict[int, str]) -> Optional[str]:
+    """The saved tensor whose storage lies in the block, if any."""
+    address, size = int(block["address"]), int(block["size"])
+    return next((name for ptr, name in graph.items() if address <= ptr < address + size), None)
+
+
+def _kind(block: dict[str, Any], graph: dict[int, str], workspaces: dict[int, str]) -> str:
+    """The block's kind, by what _label can tell of it."""
+    if _saved_name(block, graph) is not None:
+        return SAVED_FOR_BACKWARD
+    return WORKSPACE if int(block.get("requested_size", -1)) in workspaces else OTHER
+
+
 def _label(block: dict[str, Any], segment: dict[str, Any], graph: dict[int, str],
            workspaces: dict[int, str]) -> Optional[str]:
-    address, size = int(block["address"]), int(block["size"])
-    saved = next((name for ptr, name in graph.items() if address <= ptr < address + size), None)
+    saved = _saved_name(block, graph)
     parts = []
     if saved is not None:
         parts.append(f"saved for backward ({saved}); pass outputs= to name it")
@@ -202,7 +216,8 @@ def split_blocks(segments: list[dict[str, Any]], device: str, storage_ptrs: list
             requested_size=int(block.get("requested_size", block["size"])),
             stream=int(segment.get("stream", 0)), state=str(block["state"]),
             label=_label(block, segment, graph_ptrs, labels),
-            allocated_at=_user_frame(block.get("frames", []))))
+            allocated_at=_user_frame(block.get("frames", [])),
+            kind=_kind(block, graph_ptrs, labels)))
     result.other.sort(key=lambda b: (-b.size, b.address))
     return result
 
@@ -216,7 +231,7 @@ def grouped(rows: list[BlockRow]) -> list[tuple[int, BlockRow]]:
     and origin; largest total first."""
     groups: dict[tuple[Any, ...], list[BlockRow]] = {}
     for row in rows:
-        key = (row.size, row.stream, row.state, row.label, row.allocated_at)
+        key = (row.size, row.stream, row.state, row.kind, row.label, row.allocated_at)
         groups.setdefault(key, []).append(row)
     out = [(len(g), g[0]) for g in groups.values()]
     out.sort(key=lambda pair: -pair[0] * pair[1].size)

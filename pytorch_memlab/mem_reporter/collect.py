@@ -11,6 +11,7 @@ import torch
 
 from ..common.frames import caller_frames, frame_tensors
 from ..common.tensors import StorageKey, grad_of, is_tensor, storage_of
+from ..kinds.names import GRADIENT, OTHER, SAVED_FOR_BACKWARD
 from ..sources import native
 from .rows import TensorRow
 
@@ -105,7 +106,7 @@ class Collector:
         self._rows_for(t, name, kind)
         grad = grad_of(t)
         if grad is not None:
-            self.add(grad, f"{name}.grad", "grad")
+            self.add(grad, f"{name}.grad", GRADIENT)
 
     def _rows_for(self, t: torch.Tensor, name: str, kind: str) -> None:
         try:
@@ -195,19 +196,20 @@ def _add_saved(col: Collector, node: Any, label: str) -> None:
             continue
         short = attr[len("_saved_"):] if attr.startswith("_saved_") else attr
         if is_tensor(value):
-            col.add(value, f"{label}.{short}", "saved")
+            col.add(value, f"{label}.{short}", SAVED_FOR_BACKWARD)
         elif isinstance(value, (list, tuple)):
             for i, item in enumerate(value):
                 if is_tensor(item):
-                    col.add(item, f"{label}.{short}[{i}]", "saved")
+                    col.add(item, f"{label}.{short}[{i}]", SAVED_FOR_BACKWARD)
 
 
 def walk_graph(col: Collector, tensors: list[torch.Tensor]) -> None:
-    """Lists the outputs (``output``, ``output[i]``), then the tensors saved by every
+    """Lists the outputs (``output``, ``output[i]``; kind other: no role in the
+    model's memory, their name says what they are), then the tensors saved by every
     node reachable from their grad_fn, breadth first, as ``NodeName.attr``; the k-th
     further node of one type is ``NodeName[k]``."""
     for i, t in enumerate(tensors):
-        col.add(t, "output" if len(tensors) == 1 else f"output[{i}]", "output")
+        col.add(t, "output" if len(tensors) == 1 else f"output[{i}]", OTHER)
     queue = deque(t.grad_fn for t in tensors if t.grad_fn is not None)
     visited: set[int] = set()
     per_type: dict[str, int] = {}
@@ -240,9 +242,9 @@ def walk_frames(col: Collector) -> None:
     for name, tensor, _, var in frame_tensors(caller_frames()):
         if not col.seen(tensor):
             mine.add(id(tensor))
-            col.add(tensor, name, "tensor")
+            col.add(tensor, name, OTHER)
         elif id(tensor) in mine and name == var:
-            col.add(tensor, name, "tensor", repeat=True)
+            col.add(tensor, name, OTHER, repeat=True)
 
 
 def walk_gc(col: Collector) -> None:
@@ -258,10 +260,10 @@ def walk_gc(col: Collector) -> None:
             grad_ids.add(id(grad))
     for t in tensors:
         if not col.seen(t) and id(t) not in grad_ids:
-            col.add(t, col.anonymous_name(t), "tensor")
+            col.add(t, col.anonymous_name(t), OTHER)
     for t in tensors:                     # grads whose owner was never listed (cycles)
         if not col.seen(t):
-            col.add(t, col.anonymous_name(t), "tensor")
+            col.add(t, col.anonymous_name(t), OTHER)
 
 
 def graph_roots(col: Collector) -> list[torch.Tensor]:

@@ -14,10 +14,12 @@ from ..common.sizes import readable_size, with_bytes
 from ..reports.base import Reporter
 from . import blocks
 from .blocks import BlockRow
-from .rows import DeviceTotal, TensorRow, parse_filter
+from .rows import MEMREPORTER_KINDS, DeviceTotal, TensorRow, parse_filter
 
 # The CUDA caching allocator hands out blocks in multiples of this many bytes.
 CUDA_BLOCK_BYTES = 512
+# The Kind column fits every kind a row or block can be.
+KIND_WIDTH = max(len(kind) for kind in MEMREPORTER_KINDS) + 2
 
 
 class MemReportText:
@@ -31,8 +33,8 @@ class MemReportText:
         verbose = self.verbose
         shown = [r for r in report.rows if verbose or r.alias_of is None]
         name_w = min(60, max([len(r.display_name(verbose)) for r in shown] + [24])) + 2
-        fmt = "{:<%d}{:<10}{:<9}{:>14}{:>11}{:>9}" % name_w
-        width = name_w + 53
+        fmt = "{:<%d}{:<%d}{:<9}{:>14}{:>11}{:>9}" % (name_w, KIND_WIDTH)
+        width = name_w + KIND_WIDTH + 43
         rule = "-" * width
         lines = [fmt.format("Element type", "Kind", "DType", "Size", "Used MEM", "Storage"), rule]
         if not report.devices:
@@ -77,14 +79,15 @@ def _block_lines(report: MemReport, total: DeviceTotal, rule: str) -> list[str]:
     if mine:
         lines.append(rule)
         lines.append(f"Allocator blocks not held by a visible tensor on {total.device}")
-        lines.append("{:>6}  {:>12}  {:<14}  {}".format("Blocks", "Size each", "Stream", "What"))
+        fmt = "{:>6}  {:>12}  {:<14}  {:<%d}{}" % KIND_WIDTH
+        lines.append(fmt.format("Blocks", "Size each", "Stream", "Kind", "What"))
         for count, b in blocks.grouped(mine):
             what = [b.label] if b.label else []
             if b.allocated_at:
                 what.append(f"allocated at {b.allocated_at}")
             text = "; ".join(what) or "unknown (MemReporter(record_history=True) names its line)"
-            lines.append("{:>6}  {:>12}  {:<14}  {}".format(
-                count, readable_size(b.size), blocks.stream_name(b.stream), text))
+            lines.append(fmt.format(count, readable_size(b.size), blocks.stream_name(b.stream),
+                                    b.kind, text))
         lines.append(rule)
     allocated = total.allocator_bytes or 0
     held, other = total.block_bytes or 0, total.other_block_bytes or 0

@@ -12,6 +12,7 @@ import torch
 
 from ..common.devices import DeviceSpec, device_matches
 from ..common.tensors import is_tensor
+from ..kinds.names import BUFFER, OPTIMIZER_STATE, PARAMETER
 from . import allocator, blocks
 from .collect import Collector, iter_outputs, walk_frames, walk_gc, walk_graph
 from .report import MemReport
@@ -116,10 +117,10 @@ class MemReporter:
             for name, p in source.named_parameters(remove_duplicate=False):
                 if scope is None or id(p) in scope:
                     names.setdefault(id(p), name)
-                    col.add(p, name, "param", repeat=True)
+                    col.add(p, name, PARAMETER, repeat=True)
             for name, b in source.named_buffers(remove_duplicate=False):
                 if scope is None or id(b) in scope:
-                    col.add(b, name, "buffer", repeat=True)
+                    col.add(b, name, BUFFER, repeat=True)
         self._walk_optimizers(col, names, scope)
         if outputs:
             walk_graph(col, outputs)
@@ -146,8 +147,8 @@ class MemReporter:
                 if pname is None:
                     pname = f"params[{i}]"
                     if scope is None:
-                        col.add(p, f"{label}.{pname}", "param")
+                        col.add(p, f"{label}.{pname}", PARAMETER)
                 state = opt.state.get(p, {})
                 for key, value in state.items():
                     if is_tensor(value):
-                        col.add(value, f"{label}.{pname}.{key}", "optimizer")
+                        col.add(value, f"{label}.{pname}.{key}", OPTIMIZER_STATE)

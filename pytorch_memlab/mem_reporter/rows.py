@@ -8,6 +8,15 @@ from typing import Optional
 import torch
 
 from ..common.devices import DeviceSpec, parse_device
+from ..kinds.names import (BUFFER, GRADIENT, OPTIMIZER_STATE, OTHER, PARAMETER,
+                           SAVED_FOR_BACKWARD, WORKSPACE)
+
+# The peak's kinds a report's rows and blocks can be.  A report belongs to no
+# call, so a tensor with no role (an output, a variable, one the garbage
+# collector knows) is ``other``, never ``input`` or ``temporary``, which say
+# where a call found a block; only allocator blocks are ``workspace``.
+MEMREPORTER_KINDS = (PARAMETER, BUFFER, GRADIENT, OPTIMIZER_STATE, SAVED_FOR_BACKWARD,
+                     WORKSPACE, OTHER)
 
 REPORT_DEVICES = ("None (every device), a str such as 'cpu', 'cuda' (every CUDA device) or "
                   "'cuda:0', an int (a CUDA index) or a torch.device")
@@ -30,7 +39,7 @@ class TensorRow:
     bytes: int                       # bytes charged here: the storage size on its first row, else 0
     storage_bytes: int               # untyped_storage().nbytes(), on every row of the storage
     storage_id: Optional[int]        # storage number within this report; None: no storage
-    kind: str                        # param, buffer, grad, optimizer, output, saved, tensor
+    kind: str                        # one of MEMREPORTER_KINDS (kinds.names' names)
     alias_of: Optional[str] = None   # owner row's name when the storage was already counted
     allocated_at: Optional[str] = None   # "step:12": the profiled line that allocated it
 

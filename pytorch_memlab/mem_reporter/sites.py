@@ -13,12 +13,13 @@ from typing import Optional
 
 from ..sources import native
 from ..common.tensors import StorageKey
+from ..kinds.names import OTHER, SAVED_FOR_BACKWARD
 from .rows import TensorRow
 
 __all__ = ["SITED_KINDS", "add_sites"]
 
 # Parameters, grads, buffers and optimizer state are named by what owns them.
-SITED_KINDS = ("tensor", "output", "saved")
+SITED_KINDS = (OTHER, SAVED_FOR_BACKWARD)
 
 
 def _site(key: StorageKey) -> Optional[str]:

@@ -34,7 +34,7 @@ def test_linear_exact_bytes():
     rows = named(quiet_report(MemReporter(lin)))
     assert rows["weight"].bytes == 4 * 3 * 4
     assert rows["weight"].shape == (3, 4) and rows["weight"].numel == 12
-    assert rows["weight"].dtype == "float32" and rows["weight"].kind == "param"
+    assert rows["weight"].dtype == "float32" and rows["weight"].kind == "parameter"
     assert rows["bias"].bytes == 3 * 4
     assert rows["weight"].storage_id != rows["bias"].storage_id
 
@@ -147,11 +147,11 @@ def test_adam_states():
     reporter.add_optimizer(opt)
     result = quiet_report(reporter, module=lin)
     rows = named(result)
-    assert rows["weight.grad"].bytes == 48 and rows["weight.grad"].kind == "grad"
+    assert rows["weight.grad"].bytes == 48 and rows["weight.grad"].kind == "gradient"
     assert rows["Adam.weight.exp_avg"].bytes == 48
     assert rows["Adam.weight.exp_avg_sq"].bytes == 48
     assert rows["Adam.bias.exp_avg"].bytes == 12
-    assert rows["Adam.weight.exp_avg"].kind == "optimizer"
+    assert rows["Adam.weight.exp_avg"].kind == "optimizer_state"
     step = rows["Adam.weight.step"]
     assert step.bytes == step.numel * torch.empty((), dtype=getattr(torch, step.dtype)).element_size()
     steps = sum(rows[f"Adam.{p}.step"].bytes for p in ("weight", "bias"))
@@ -167,7 +167,7 @@ def test_optimizer_param_outside_the_model():
     reporter = MemReporter(nn.Linear(1, 1))
     reporter.add_optimizer(opt)
     rows = named(quiet_report(reporter))
-    assert rows["SGD.params[0]"].bytes == 24 and rows["SGD.params[0]"].kind == "param"
+    assert rows["SGD.params[0]"].bytes == 24 and rows["SGD.params[0]"].kind == "parameter"
     assert rows["SGD.params[0].grad"].bytes == 24
     assert rows["SGD.params[0].momentum_buffer"].bytes == 24
 
@@ -178,7 +178,7 @@ def test_saved_tensors_of_small_mlp():
     loss = model(x).pow(2).sum()
     result = quiet_report(MemReporter(model), outputs=loss, verbose=True)
     rows = named(result)
-    assert rows["output"].bytes == 4 and rows["output"].kind == "output"
+    assert rows["output"].bytes == 4 and rows["output"].kind == "other"
     assert rows["PowBackward0.self"].bytes == 16 * 2 * 4
     assert rows["AddmmBackward0.mat1"].bytes == 16 * 8 * 4          # relu output
     assert rows["ReluBackward0.result"].alias_of == "AddmmBackward0.mat1"
@@ -186,14 +186,14 @@ def test_saved_tensors_of_small_mlp():
     assert rows["AddmmBackward0.mat2"].alias_of == "2.weight"        # weight.t(), a view
     assert rows["AddmmBackward0[1].mat1"].bytes == 16 * 4 * 4        # the input x
     assert "AddmmBackward0[1].mat2" not in rows                     # x needs no grad
-    saved = [r for r in result.rows if r.kind == "saved"]
+    saved = [r for r in result.rows if r.kind == "saved_for_backward"]
     assert sum(r.bytes for r in saved) == 128 + 512 + 256
     # x itself is not listed a second time by the gc walk
     assert not any(r.alias_of == "AddmmBackward0[1].mat1" for r in result.rows)
 
     loss.backward()  # frees the saved tensors
     rows = named(quiet_report(MemReporter(model), outputs=loss))
-    assert not any(r.kind == "saved" for r in rows.values())
+    assert not any(r.kind == "saved_for_backward" for r in rows.values())
     assert rows["0.weight.grad"].bytes == 128
 
 
@@ -226,11 +226,11 @@ def test_grads_of_non_parameters():
     kept_grad = loose.grad  # the user holds the grad: still named after its owner
     result = quiet_report(MemReporter(holder), verbose=True)
     rows = named(result)
-    assert rows["buf.grad"].bytes == 12 and rows["buf.grad"].kind == "grad"
-    owner = [r for r in result.rows if r.shape == (7, 13) and r.kind == "tensor"]
+    assert rows["buf.grad"].bytes == 12 and rows["buf.grad"].kind == "gradient"
+    owner = [r for r in result.rows if r.shape == (7, 13) and r.kind == "other"]
     assert len(owner) == 1
     grad = rows[owner[0].name + ".grad"]
-    assert grad.bytes == 7 * 13 * 4 and grad.kind == "grad"
+    assert grad.bytes == 7 * 13 * 4 and grad.kind == "gradient"
     assert len([r for r in result.rows if r.shape == (7, 13)]) == 2
     del kept_grad
 
@@ -265,7 +265,7 @@ def test_report_keeps_no_tensor_alive():
     assert model_ref() is None and opt_ref() is None   # the reporter holds weak references
     # model and optimizer gone: nothing is named after them any more
     kinds = {r.kind for r in quiet_report(reporter, verbose=True).rows}
-    assert not kinds & {"param", "buffer", "optimizer"}, kinds
+    assert not kinds & {"parameter", "buffer", "optimizer_state"}, kinds
 
 
 def test_survives_objects_whose_isinstance_raises():
@@ -362,7 +362,7 @@ def test_to_dicts_and_json():
     dicts = result.to_dicts()
     assert dicts[0] == {"name": "weight", "device": "cpu", "dtype": "float32", "shape": [2, 2],
                         "numel": 4, "bytes": 16, "storage_bytes": 16, "storage_id": 0,
-                        "kind": "param", "alias_of": None, "allocated_at": None}
+                        "kind": "parameter", "alias_of": None, "allocated_at": None}
     data = json.loads(result.to_json())
     assert data["rows"] == dicts
     assert data["devices"][0]["bytes"] == 24

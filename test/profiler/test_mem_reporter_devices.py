@@ -181,6 +181,8 @@ def test_split_blocks_matches_storage_addresses():
     assert by_size[1024].allocated_at == "train.py:12 (step)" and not by_size[1024].counted
     assert by_size[2048].label.startswith("private pool (1, 0)")
     assert by_size[8192].label == "saved for backward (AddmmBackward0.mat1); pass outputs= to name it"
+    assert {size: r.kind for size, r in by_size.items()} == {
+        32 << 20: "workspace", 1024: "other", 2048: "other", 8192: "saved_for_backward"}
     assert split.other_bytes == (32 << 20) + 2048 + 8192 and split.awaiting_bytes == 1024
     assert split.held_bytes + split.other_bytes == 4096 + 512 + (32 << 20) + 2048 + 8192
 
@@ -204,7 +206,7 @@ def test_block_section_in_the_report(monkeypatch):
     assert [b.size for b in result.blocks] == [512, 512]
     text = str(result)
     assert "Allocator blocks not held by a visible tensor on cuda:0" in text
-    assert "     2       512.00B  default         unknown" in text
+    assert "     2       512.00B  default         other               unknown" in text
     assert "  + blocks not held by a visible tensor:    1.00K (1,024 bytes)" in text
     assert json.loads(result.to_json())["blocks"][0]["size"] == 512
 
@@ -254,6 +256,8 @@ def test_cuda_mlp_leftover_blocks_are_labelled():
     result, allocated, _ = _mlp_after_adam_step()
     unlabelled = [b for b in result.blocks if b.counted and b.label is None]
     assert sum(b.size for b in unlabelled) <= allocated // 100, unlabelled
+    workspaces = [b for b in result.blocks if b.label and "workspace (by its size)" in b.label]
+    assert workspaces and {b.kind for b in workspaces} == {"workspace"}
 
 
 @pytest.mark.cuda

@@ -26,7 +26,7 @@ def rows_of(result, shape):
 def test_a_local_variable_names_its_tensor():
     activations = torch.ones(37, 41)
     (row,) = rows_of(report(), (37, 41))
-    assert row.name == "activations" and row.kind == "tensor"
+    assert row.name == "activations" and row.kind == "other"
     assert row.bytes == 37 * 41 * 4 and row.alias_of is None and row.allocated_at is None
     del activations
 
@@ -75,7 +75,7 @@ def test_model_state_keeps_its_name():
     model = torch.nn.Linear(3, 23)
     weight = model.weight
     result = MemReporter(model).report(print_report=False, verbose=True)
-    assert [(r.name, r.kind) for r in rows_of(result, (23, 3))] == [("weight", "param")]
+    assert [(r.name, r.kind) for r in rows_of(result, (23, 3))] == [("weight", "parameter")]
     del model, weight
 
 
