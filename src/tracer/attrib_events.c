@@ -310,7 +310,9 @@ attrib_listener(const char *source, int device, uintptr_t ptr, int64_t size, int
     uint64_t thread = (uint64_t)PyThread_get_thread_ident();
     attrib_lock();
     for (Attrib *a = attrib_runtime.attached; a != NULL; a = a->next) {
-        if (a->device != device || strcmp(a->source->name, source) != 0) {
+        /* the shim passes its source's static name: the pointer matches */
+        if (a->device != device
+            || (a->source->name != source && strcmp(a->source->name, source) != 0)) {
             continue;
         }
         switch (event) {
