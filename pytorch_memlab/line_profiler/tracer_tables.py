@@ -7,6 +7,7 @@ from __future__ import annotations
 import types
 from typing import Any, Optional, Sequence
 
+from ..kinds import tagging
 from ..kinds.breakdown import peak_kinds, peak_modules
 from ..records.columns import PEAK_COLUMN
 from ..records.curve import CurveArg, CurveInfo, CurvePoint
@@ -75,8 +76,9 @@ def _peak(found: Optional[PeakTuple], kinds_missing: Optional[str],
     size, lineno, call, before, other, held, kbefore, kother, klines, modules = found
     peak: dict[str, Any] = {"bytes": size, "lineno": lineno, "call": call,
                             "before_call": before, "other_threads": other}
-    peak.update(peak_kinds(before, other, held, (kbefore, kother, klines), kinds_missing))
-    peak.update(peak_modules(sum(held.values()), modules, modules_missing))
+    if tagging.ENABLED:     # off: nothing was told, so no kinds rather than all "input"
+        peak.update(peak_kinds(before, other, held, (kbefore, kother, klines), kinds_missing))
+        peak.update(peak_modules(sum(held.values()), modules, modules_missing))
     return peak, held
 
 

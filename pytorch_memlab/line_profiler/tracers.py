@@ -7,6 +7,7 @@ from typing import Optional, Sequence
 import torch
 
 from .. import sources
+from ..kinds import tagging
 from ..mem_reporter.collect import cpu_storages
 from ..sources import native
 from ..records.columns import GROWTH_FIELD, check_columns
@@ -141,5 +142,7 @@ class TracerSet:
                 found = tracer.live_by_line(code)
                 if found is None:
                     return None
+                if not tagging.ENABLED:
+                    return found
                 return (*found, native.live_kinds(tracer, code))
         return None
