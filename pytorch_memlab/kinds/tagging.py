@@ -203,14 +203,59 @@ def _released(block: tuple[str, int, int]) -> None:
         _tag_one(0, block, SAVED, False)
 
 
+_hooks = torch._C._autograd
+
+
+def _top_is(pack: Any) -> bool:
+    """Is ``pack`` the pack hook on top of this thread's stack (None: the
+    stack is empty)?  True where torch cannot tell and the stack is ours."""
+    top_of = getattr(_hooks, "_top_saved_tensors_default_hooks", None)
+    if top_of is None:
+        return pack is None
+    top = top_of(False)
+    return top is None if pack is None else top is not None and top[0] is pack
+
+
 def _push_saved() -> bool:
-    """Our pack hook on this thread's stack; False where autograd refuses
-    hooks now (functorch transforms) or a compiled module runs."""
+    """Our pack hook on this thread's stack, where the stack is empty: hooks
+    of the user's own (``save_on_cpu``, offloading) stay the ones autograd
+    calls, and ours already there need no second; False where none was
+    pushed, or autograd refuses hooks now (functorch transforms)."""
+    if not _top_is(None):
+        return False
     try:
-        torch._C._autograd._push_saved_tensors_default_hooks(_pack, _unpack)
+        _hooks._push_saved_tensors_default_hooks(_pack, _unpack)
     except RuntimeError:
         return False
     return True
+
+
+def _pop_saved() -> bool:
+    """Ours off the top of this thread's stack, if they are on top."""
+    if not _top_is(_pack):
+        return False
+    _hooks._pop_saved_tensors_default_hooks()
+    return True
+
+
+def call_begins() -> None:
+    """A profiled call (a decorated call or a generator's step, a ``with``
+    block of a profiler) begins on this thread: what autograd saves outside
+    every module is told too, until the matching ``call_ends`` (the two
+    nest on one thread; not across an ``await``, where other tasks run)."""
+    depth = _local.__dict__.get("calls", 0)
+    _local.calls = depth + 1
+    if depth == 0:
+        _local.call_pushed = bool(_sets) and not _compiling() and _push_saved()
+
+
+def call_ends() -> None:
+    depth = _local.__dict__.get("calls", 0) - 1
+    if depth < 0:
+        return
+    _local.calls = depth
+    if depth == 0 and _local.__dict__.pop("call_pushed", False):
+        _pop_saved()
 
 
 # ---- module hooks -----------------------------------------------------------------
@@ -225,8 +270,11 @@ def _module_pre(module: torch.nn.Module, args: Any) -> None:
         if module not in _roots:
             _roots.add(module)
             _module_state(module)
-        # a compiled model's guards would see the hooks: it keeps what it compiled with
-        _local.pushed = type(module).__name__ != "OptimizedModule" and _push_saved()
+        if type(module).__name__ == "OptimizedModule":
+            # its guards would see our hooks: it keeps what it compiled with
+            _local.pushed, _local.lent = False, _pop_saved()
+        else:
+            _local.pushed, _local.lent = _push_saved(), False
         with _lock:
             _pushed += 1
     numbers.append(number_of(module, modules[-1] if modules else None))
@@ -246,8 +294,11 @@ def _module_post(module: torch.nn.Module, args: Any, output: Any) -> None:
     native.set_module(numbers[-1] if numbers else 0)
     if not modules:
         if getattr(_local, "pushed", False):
-            torch._C._autograd._pop_saved_tensors_default_hooks()
+            _pop_saved()
             _local.pushed = False
+        if getattr(_local, "lent", False):
+            _push_saved()           # the call's own, back after the compiled model
+            _local.lent = False
         global _pushed
         with _lock:
             _pushed -= 1

@@ -142,7 +142,6 @@ class TracerSet:
                 found = tracer.live_by_line(code)
                 if found is None:
                     return None
-                if not tagging.ENABLED:
-                    return found
-                return (*found, native.live_kinds(tracer, code))
+                kinds = native.live_kinds(tracer, code) if tagging.ENABLED else None
+                return (*found, kinds)
         return None
