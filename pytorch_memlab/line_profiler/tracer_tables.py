@@ -72,7 +72,7 @@ def _peak(found: Optional[PeakTuple], kinds_missing: Optional[str],
     """(record["peak"], held per line) of a tracer's peak tuple."""
     if found is None:
         return None, None
-    size, lineno, call, before, other, held, kbefore, kother, klines, modules = found
+    size, lineno, call, before, other, held, kbefore, kother, klines, modules, _ = found
     peak: dict[str, Any] = {"bytes": size, "lineno": lineno, "call": call,
                             "before_call": before, "other_threads": other}
     peak.update(peak_kinds(before, other, held, (kbefore, kother, klines), kinds_missing))
