@@ -93,14 +93,16 @@ def tag_blocks(tracer: Tracer, kind: int, ptrs: Sequence[int], sizes: Sequence[i
 
 def peaks_by_kind(tracer: Tracer, /) -> tuple[list[tuple[CodeType, tuple[
         int, int, int, int, int, dict[int, int], tuple[int, ...], tuple[int, ...],
-        dict[int, tuple[int, ...]], dict[int, int]] | None]], str | None, str | None]:
+        dict[int, tuple[int, ...]], dict[int, int], dict[int, tuple[int, ...]]] | None]],
+        str | None, str | None]:
     """``Tracer.peaks()`` with the tagged kinds and the modules: each peak is
     ``(bytes, lineno, call, before_call, other_threads, {lineno: held},
     before's tagged bytes, other threads', {lineno: a line's tagged bytes},
-    {module: bytes})``, the tagged bytes in kind order (TAGGED_KINDS each;
-    the untagged rest of each part is not tagged), the modules' what each
-    made during the call (set_module), still alive.  Then why the kinds are
-    not exact and why the modules are not, or None."""
+    {module: bytes}, {module: its tagged bytes})``, the tagged bytes in kind
+    order (TAGGED_KINDS each; the untagged rest of each part is not tagged),
+    the modules' what each made during the call (set_module), still alive,
+    and of that what is tagged (modules holding some).  Then why the kinds
+    are not exact and why the modules are not, or None."""
 
 def live_kinds(tracer: Tracer, code: CodeType, /) -> tuple[tuple[tuple[int, ...], ...],
                                                           dict[int, int]] | None:

@@ -57,7 +57,24 @@ def checked_peak(record, column="active_bytes.all.peak"):
                                 if line[column] is not None)
     if "by_kind" in peak:
         check_kinds(peak, held)
+    if "by_kind" in peak and "by_module" in peak:
+        check_module_kinds(peak)
     return peak, held
+
+
+def check_module_kinds(peak):
+    """A peak's modules' kinds sum exactly: each module's to its by_module
+    bytes, and each kind over the modules to that kind over the lines."""
+    modules = peak["modules_by_kind"]
+    assert list(modules) == list(peak["by_module"])
+    assert {name: sum(kinds.values()) for name, kinds in modules.items()} == peak["by_module"]
+    assert all(size > 0 for kinds in modules.values() for size in kinds.values())
+    over_modules, over_lines = {}, {}
+    for total, parts in ((over_modules, modules), (over_lines, peak["lines_by_kind"])):
+        for kinds in parts.values():
+            for kind, size in kinds.items():
+                total[kind] = total.get(kind, 0) + size
+    assert over_modules == over_lines
 
 
 def check_kinds(peak, held):

@@ -81,6 +81,43 @@ def peak_modules(made: int, modules: dict[int, int], missing: Optional[str]) -> 
     return {"by_module": {name: size for name, size in by_name.items() if size}}
 
 
+def module_kinds(peak: dict[str, Any], tagged: dict[int, tuple[int, ...]]) -> dict[str, Any]:
+    """``record["peak"]["modules_by_kind"]``: each ``by_module`` name's bytes
+    by kind, ``{name: {kind: bytes}}`` (``tagged``: the tracer's tagged bytes
+    of each module number, summed by name as ``by_module`` is; a module's
+    untagged rest is temporary, as its bytes were made during the call), in
+    ``by_module``'s order; ``modules.NO_MODULE``'s are the lines' kinds less
+    the modules'.  Empty where ``by_kind`` or ``by_module`` is missing, or
+    where the two disagree (a kind the modules hold more of than the lines)."""
+    by_module, lines = peak.get("by_module"), peak.get("lines_by_kind")
+    if by_module is None or lines is None:
+        return {}
+    zero = (0,) * len(TAGGED)
+    by_name: dict[str, tuple[int, ...]] = {}
+    for number, sizes in tagged.items():
+        name = name_of(number)
+        by_name[name] = tuple(a + b for a, b in zip(by_name.get(name, zero), sizes))
+    if not set(by_name) <= set(by_module) - {NO_MODULE}:
+        return {}
+    out: dict[str, KindBytes] = {}
+    for name, size in by_module.items():
+        if name != NO_MODULE:
+            place = _place(size, by_name.get(name, zero), TEMPORARY)
+            if place is None:
+                return {}
+            out[name] = place
+    rest = summed(list(lines.values()))
+    for place in out.values():
+        for kind, size in place.items():
+            rest[kind] = rest.get(kind, 0) - size
+    if (any(size < 0 for size in rest.values())
+            or sum(rest.values()) != by_module.get(NO_MODULE, 0)):
+        return {}
+    if by_module.get(NO_MODULE):
+        out[NO_MODULE] = {k: rest[k] for k in KINDS if rest.get(k)}
+    return {"modules_by_kind": {name: out[name] for name in by_module}}
+
+
 def live_kinds(before: int, during: int, other: int, after: int,
                tagged: tuple[tuple[int, ...], ...], modules: dict[int, int]) -> dict[str, Any]:
     """The out-of-memory post-mortem's ``live_by_line`` kinds: ``by_kind``

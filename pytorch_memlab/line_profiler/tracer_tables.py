@@ -8,7 +8,7 @@ import types
 from typing import Any, Optional, Sequence
 
 from ..kinds import tagging
-from ..kinds.breakdown import peak_kinds, peak_modules
+from ..kinds.breakdown import module_kinds, peak_kinds, peak_modules
 from ..records.columns import PEAK_COLUMN
 from ..records.curve import CurveArg, CurveInfo, CurvePoint
 from ..records.model import GROWTH, FunctionRecord, LineRecord
@@ -73,12 +73,13 @@ def _peak(found: Optional[PeakTuple], kinds_missing: Optional[str],
     """(record["peak"], held per line) of a tracer's peak tuple."""
     if found is None:
         return None, None
-    size, lineno, call, before, other, held, kbefore, kother, klines, modules = found
+    size, lineno, call, before, other, held, kbefore, kother, klines, modules, mkinds = found
     peak: dict[str, Any] = {"bytes": size, "lineno": lineno, "call": call,
                             "before_call": before, "other_threads": other}
     if tagging.ENABLED:     # off: nothing was told, so no kinds rather than all "input"
         peak.update(peak_kinds(before, other, held, (kbefore, kother, klines), kinds_missing))
         peak.update(peak_modules(sum(held.values()), modules, modules_missing))
+        peak.update(module_kinds(peak, mkinds))
     return peak, held
 
 

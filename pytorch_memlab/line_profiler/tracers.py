@@ -33,11 +33,12 @@ CallStats = list[tuple[types.CodeType, CallTable]]
 CurvePoints = list[tuple[int, int, int, int, Optional[types.CodeType]]]
 TracerCurves = list[tuple[types.CodeType, tuple[CurvePoints, int, int, int, int]]]
 # [(code, (bytes, lineno, call, before_call, other_threads, {lineno: held}, before's
-# tagged kinds, other threads', {lineno: a line's}, {module: bytes}) or None)], why
+# tagged kinds, other threads', {lineno: a line's}, {module: bytes}, {module: its
+# tagged kinds}) or None)], why
 # there is no breakdown (None: there is), why its kinds and why its modules are not
 # exact: native peaks_by_kind()
 PeakTuple = tuple[int, int, int, int, int, dict[int, int], tuple[int, ...], tuple[int, ...],
-                  dict[int, tuple[int, ...]], dict[int, int]]
+                  dict[int, tuple[int, ...]], dict[int, int], dict[int, tuple[int, ...]]]
 TracerPeaks = tuple[list[tuple[types.CodeType, Optional[PeakTuple]]], Optional[str],
                     Optional[str], Optional[str]]
 # (bytes, call, before_call, other_threads, after_call, {lineno: live}): native

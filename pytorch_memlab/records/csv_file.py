@@ -6,8 +6,9 @@ version 4; ``PEAK_HEADER``) is the line's ``held_at_peak`` then the function's
 ``peak.<key>``; a file without it loads as not having recorded it.  Then the
 function's ``start_level.first_call`` and ``start_level.later_calls`` (since
 schema version 5; ``START_HEADER``).  The peak's kinds and modules (since schema
-version 6, ``KINDS_CELL``) are one cell of JSON, the other keys of ``peak``; a
-file without it loads without them.  The figures per call (since schema version 3; ``call_header``) are
+version 6, ``KINDS_CELL``) are one cell of JSON, the other keys of ``peak``
+(its modules' kinds too, since version 7); a file without it loads without
+them.  The figures per call (since schema version 3; ``call_header``) are
 the function's ``calls``, the line's ``growth_per_call``, then
 ``first_call.<key>`` and ``later_calls.<key>`` for count, net_growth and each
 column; a file without them loads as not having recorded them.  It has no
@@ -49,8 +50,9 @@ def call_header(columns: Sequence[str]) -> list[str]:
 PEAK_HEADER = [HELD] + [f"peak.{key}" for key in PEAK_KEYS]
 # What was alive when the calls began (schema version 5), after the peak.
 START_HEADER = [f"start_level.{key}" for key in START_KEYS]
-# Then the peak's kinds and modules (schema version 6): one cell, the JSON of
-# those keys of ``peak`` (empty without a peak), the same on each of its rows.
+# Then the peak's kinds and modules (schema version 6; modules_by_kind since 7):
+# one cell, the JSON of those keys of ``peak`` (empty without a peak), the same
+# on each of its rows.
 KINDS_CELL = "peak.kinds"
 
 

@@ -1,10 +1,10 @@
 """A profile as the JSON document ``LineProfiler.save`` writes, and back.
 
-Schema version 6 (``SCHEMA_VERSION``)::
+Schema version 7 (``SCHEMA_VERSION``)::
 
     {
       "format": "pytorch_memlab.line_profile",
-      "schema_version": 6,
+      "schema_version": 7,
       "pytorch_memlab_version": "1.0.0",
       "torch_version": "2.13.0+cpu",
       "python_version": "3.11.9",
@@ -32,7 +32,8 @@ Schema version 6 (``SCHEMA_VERSION``)::
                   "before_call_by_kind": {"parameter": 1048576},
                   "other_threads_by_kind": {},
                   "lines_by_kind": {"13": {"temporary": 262144}},
-                  "by_module": {"linear": 262144}},
+                  "by_module": {"linear": 262144},
+                  "modules_by_kind": {"linear": {"temporary": 262144}}},
          "start_level": {"first_call": 1048576,        # optional, see below
                          "later_calls": 1048576},
          "curve": [[13, 786432, 2097152, 1310720],    # optional, see below
@@ -128,6 +129,10 @@ what the lines hold by the module that made it, ``{qualified name: bytes}``
 Where the kinds, or the modules, could not be told exactly the peak has
 ``"by_kind_missing"`` (or ``"by_module_missing"``: why) instead.  Older
 files, and version 5 (which added no peak key), have none of these keys.
+``modules_by_kind`` (new in version 7) splits each ``by_module`` name's
+bytes by kind (``{name: {kind: bytes}}``, kinds present only, in
+``by_kind``'s order); per kind, the modules sum to the lines.  It is absent
+where ``by_kind`` or ``by_module`` is, and from older files.
 """
 from __future__ import annotations
 
@@ -137,10 +142,10 @@ from .curve import CurveInfo, CurvePoint
 from .meanings import KINDS, UNITS, Field, torch_meaning
 from .model import (GROWTH, HELD, PEAK_KEYS, START_KEYS, VERSION_KEYS, FunctionRecord,
                     LineRecord, Profile, TimelineRow)
-from .peak_document import read_peak
+from .peak_document import read_peak, show_value
 
 FORMAT = "pytorch_memlab.line_profile"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 RECORD_KEYS = ("qualname", "filename", "first_line", "device")
 _LINE_KEYS = ("lineno", "code", "count", GROWTH, "raised")
 _KNOWN = {"format", "schema_version", "created", "devices", "columns", "column_meanings",
@@ -208,7 +213,7 @@ class _Reader:
         if value is None and optional:
             return None
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise self.fail(place, f"{key!r} is {_show(value)}; expected {accepted}")
+            raise self.fail(place, f"{key!r} is {show_value(value)}; expected {accepted}")
         return value
 
     def names(self, obj: dict[str, Any], key: str, place: str) -> list[str]:
@@ -219,7 +224,7 @@ class _Reader:
 
     def line(self, obj: Any, columns: Sequence[str], place: str) -> LineRecord:
         if not isinstance(obj, dict):
-            raise self.fail(place, f"a line is {_show(obj)}; expected an object")
+            raise self.fail(place, f"a line is {show_value(obj)}; expected an object")
         typed = self.typed
         figures = {c: typed(obj, c, int, place, "an integer or null", optional=True)
                    for c in columns if c in obj}
@@ -250,7 +255,7 @@ class _Reader:
             return None
         where = f"{place}.{key}"
         if not isinstance(part, dict):
-            raise self.fail(where, f"it is {_show(part)}; expected an object")
+            raise self.fail(where, f"it is {show_value(part)}; expected an object")
         out: dict[str, Optional[int]] = {
             c: self.typed(part, c, int, where, "an integer or null", optional=True)
             for c in columns if c in part}
@@ -260,12 +265,12 @@ class _Reader:
 
     def function(self, obj: Any, place: str) -> FunctionRecord:
         if not isinstance(obj, dict):
-            raise self.fail(place, f"a function is {_show(obj)}; expected an object")
+            raise self.fail(place, f"a function is {show_value(obj)}; expected an object")
         columns = self.names(obj, "columns", place)
         lines = self.typed(obj, "lines", list, place, "a list of lines")
         postmortem = obj.get("postmortem")
         if postmortem is not None and not isinstance(postmortem, dict):
-            raise self.fail(place, f"'postmortem' is {_show(postmortem)}; expected an object")
+            raise self.fail(place, f"'postmortem' is {show_value(postmortem)}; expected an object")
         return FunctionRecord(
             qualname=self.typed(obj, "qualname", str, place, "a string"),
             filename=self.typed(obj, "filename", str, place, "a string"),
@@ -290,7 +295,7 @@ class _Reader:
 
     def start_level(self, obj: Any, place: str) -> dict[str, Optional[int]]:
         if not isinstance(obj, dict):
-            raise self.fail(place, f"it is {_show(obj)}; expected an object with "
+            raise self.fail(place, f"it is {show_value(obj)}; expected an object with "
                             + ", ".join(START_KEYS))
         return {key: self.typed(obj, key, int, place, "an integer or null", optional=True)
                 for key in START_KEYS}
@@ -298,21 +303,21 @@ class _Reader:
     def curve(self, obj: Any, place: str) -> list[CurvePoint]:
         accepted = "[lineno, active, reserved, line_peak] (integers), then a callee's qualname"
         if not isinstance(obj, list):
-            raise self.fail(place, f"it is {_show(obj)}; expected a list of points")
+            raise self.fail(place, f"it is {show_value(obj)}; expected a list of points")
         for i, point in enumerate(obj):
             ints = point[:4] if isinstance(point, list) else []
             if (len(ints) != 4 or len(point) > 5
                     or not all(isinstance(v, int) and not isinstance(v, bool) for v in ints)
                     or (len(point) == 5 and not isinstance(point[4], str))):
-                raise self.fail(f"{place}[{i}]", f"it is {_show(point)}; expected {accepted}")
+                raise self.fail(f"{place}[{i}]", f"it is {show_value(point)}; expected {accepted}")
         return [list(point) for point in obj]
 
     def curve_of(self, obj: Any, place: str) -> CurveInfo:
         if not isinstance(obj, dict):
-            raise self.fail(place, f"it is {_show(obj)}; expected an object")
+            raise self.fail(place, f"it is {show_value(obj)}; expected an object")
         choice = obj.get("choice")
         if not isinstance(choice, (str, int)):
-            raise self.fail(place, f"'choice' is {_show(choice)}; expected \"peak\", "
+            raise self.fail(place, f"'choice' is {show_value(choice)}; expected \"peak\", "
                             "\"first\", \"last\" or a call number")
         return CurveInfo(choice=choice,
                          call=self.typed(obj, "call", int, place, "an integer"),
@@ -322,13 +327,13 @@ class _Reader:
 
     def meanings(self, obj: Any) -> dict[str, Field]:
         if not isinstance(obj, dict):
-            raise self.fail("column_meanings", f"it is {_show(obj)}; expected an object "
+            raise self.fail("column_meanings", f"it is {show_value(obj)}; expected an object "
                             "of column names")
         out = {}
         for column, meaning in obj.items():
             place = f"column_meanings[{column!r}]"
             if not isinstance(meaning, dict):
-                raise self.fail(place, f"it is {_show(meaning)}; expected "
+                raise self.fail(place, f"it is {show_value(meaning)}; expected "
                                 "{\"kind\": ..., \"unit\": ...}")
             kind = self.typed(meaning, "kind", str, place, " or ".join(map(repr, KINDS)))
             unit = self.typed(meaning, "unit", str, place, " or ".join(map(repr, UNITS)))
@@ -343,22 +348,18 @@ class _Reader:
 
     def timeline(self, rows: Any) -> list[TimelineRow]:
         if not isinstance(rows, list):
-            raise self.fail("timeline", f"it is {_show(rows)}; expected a list")
+            raise self.fail("timeline", f"it is {show_value(rows)}; expected a list")
         out: list[TimelineRow] = []
         for i, row in enumerate(rows):
             place = f"timeline[{i}]"
             if not isinstance(row, dict):
-                raise self.fail(place, f"a row is {_show(row)}; expected an object")
+                raise self.fail(place, f"a row is {show_value(row)}; expected an object")
             out.append(TimelineRow(
                 call=self.typed(row, "call", int, place, "an integer"),
                 device=self.typed(row, "device", str, place, "a string"),
                 active_bytes=self.typed(row, "active_bytes", int, place, "an integer"),
                 reserved_bytes=self.typed(row, "reserved_bytes", int, place, "an integer")))
         return out
-
-
-def _show(value: Any) -> str:
-    return "null" if value is None else f"a {type(value).__name__} ({str(value)[:40]!r})"
 
 
 def from_document(data: Any, where: str) -> Profile:
@@ -384,10 +385,10 @@ def from_document(data: Any, where: str) -> Profile:
     if devices is None:
         devices = list(dict.fromkeys(r.device for r in functions))
     elif not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
-        raise read.fail("devices", f"it is {_show(devices)}; expected a list of device names")
+        raise read.fail("devices", f"it is {show_value(devices)}; expected a list of device names")
     run: Optional[dict[str, Any]] = data.get("run")
     if run is not None and not isinstance(run, dict):
-        raise read.fail("run", f"it is {_show(run)}; expected an object or null")
+        raise read.fail("run", f"it is {show_value(run)}; expected an object or null")
     recorded = read.meanings(data["column_meanings"]) if "column_meanings" in data else {}
     meanings = {**recorded, **meanings_of(all_columns(columns, functions), recorded)}
     return Profile(

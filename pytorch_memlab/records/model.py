@@ -189,6 +189,9 @@ class FunctionRecord(_ReadsAsDict):
             if "lines_by_kind" in self.peak:    # as JSON keys them
                 data["peak"]["lines_by_kind"] = {str(lineno): dict(kinds) for lineno, kinds
                                                  in self.peak["lines_by_kind"].items()}
+            if "modules_by_kind" in self.peak:
+                data["peak"]["modules_by_kind"] = {name: dict(kinds) for name, kinds
+                                                   in self.peak["modules_by_kind"].items()}
         if self.start_level is not None:
             data["start_level"] = dict(self.start_level)
         return data

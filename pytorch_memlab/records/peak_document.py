@@ -1,6 +1,6 @@
 """A function's ``peak`` object of the JSON document, read back and checked
-(``records.document`` has the schema): its figures (``PEAK_KEYS``), and
-since version 6 its kinds and modules."""
+(``records.document`` has the schema): its figures (``PEAK_KEYS``), since
+version 6 its kinds and modules, since version 7 its modules' kinds."""
 from __future__ import annotations
 
 from typing import Any, Protocol
@@ -21,7 +21,7 @@ class Reader(Protocol):
               accepted: str, optional: bool = False) -> Any: ...
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
     return "null" if value is None else f"a {type(value).__name__} ({str(value)[:40]!r})"
 
 
@@ -29,7 +29,7 @@ def _sizes(read: Reader, obj: Any, place: str, names: Any, what: str) -> dict[st
     """{name: bytes}, each name accepted by ``names``."""
     if (not isinstance(obj, dict) or not all(isinstance(k, str) and names(k) for k in obj)
             or not all(type(v) is int for v in obj.values())):
-        raise read.fail(place, f"it is {_show(obj)}; expected {what}")
+        raise read.fail(place, f"it is {show_value(obj)}; expected {what}")
     return dict(obj)
 
 
@@ -40,7 +40,7 @@ def _kinds(read: Reader, obj: Any, place: str) -> dict[str, int]:
 
 def read_peak(read: Reader, obj: Any, place: str) -> dict[str, Any]:
     if not isinstance(obj, dict):
-        raise read.fail(place, f"it is {_show(obj)}; expected an object with "
+        raise read.fail(place, f"it is {show_value(obj)}; expected an object with "
                         + ", ".join(PEAK_KEYS))
     peak: dict[str, Any] = {key: read.typed(obj, key, int, place, "an integer")
                             for key in PEAK_KEYS}
@@ -51,13 +51,21 @@ def read_peak(read: Reader, obj: Any, place: str) -> dict[str, Any]:
         lines = obj["lines_by_kind"]
         where = f"{place}.lines_by_kind"
         if not isinstance(lines, dict) or not all(str(k).isdigit() for k in lines):
-            raise read.fail(where, f"it is {_show(lines)}; expected an object keyed by "
+            raise read.fail(where, f"it is {show_value(lines)}; expected an object keyed by "
                             "line numbers")
         peak["lines_by_kind"] = {int(k): _kinds(read, v, f"{where}.{k}")
                                  for k, v in lines.items()}
     if "by_module" in obj:
         peak["by_module"] = _sizes(read, obj["by_module"], f"{place}.by_module",
                                    lambda k: True, "{module name: bytes}")
+    if "modules_by_kind" in obj:
+        modules = obj["modules_by_kind"]
+        where = f"{place}.modules_by_kind"
+        if not isinstance(modules, dict):
+            raise read.fail(where, f"it is {show_value(modules)}; expected an object keyed by "
+                            "module names")
+        peak["modules_by_kind"] = {name: _kinds(read, v, f"{where}.{name}")
+                                   for name, v in modules.items()}
     for key in MISSING_KEYS:
         if key in obj:
             peak[key] = read.typed(obj, key, str, place, "a string")

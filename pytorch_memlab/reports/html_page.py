@@ -9,8 +9,9 @@ For a ``profile_every`` function, an SVG timeline of active and reserved bytes
 after each call.  Above each function's table, the memory curve of its kept
 call (``curve_svg``): hover a point for its line, code and figures, click it
 to go to that line's row.  Under it, what the function's peak is made of, as
-one bar split by the line that allocated each part (``peak_bar``).  A legend
-says what each column means.
+one bar split by the line that allocated each part (``peak_bar``), and which
+modules hold what then, by kind (``icicle_svg``).  A legend says what each
+column means.
 
     from pytorch_memlab.html_report import write_report
     write_report(profiler, "report.html")      # or a SavedProfile, or a saved file's path

@@ -1,6 +1,8 @@
 """The HTML table a notebook shows: inline CSS only (bars are gradients), no JS.
 Above a function's table, the memory curve of its kept call (``curve_svg``):
-hovering shows a line's figures (SVG titles), clicking goes to its row."""
+hovering shows a line's figures (SVG titles), clicking goes to its row.  Under
+its notes, which modules hold what at its peak (``icicle_svg``, as the HTML
+report draws it)."""
 from __future__ import annotations
 
 import hashlib
@@ -81,9 +83,11 @@ class _NotebookStyle:
         self.anchor = "memlab" + hashlib.sha1(names.encode()).hexdigest()[:8]
 
     def section(self, table: Table) -> str:
+        from .icicle_svg import icicle_svg      # it takes this module's colours
         # a note's lines (the peak, then its kinds and modules) stay lines
         return _section(table, self.anchor) + "".join(
-            "<p>" + "<br>".join(map(html.escape, n.split("\n"))) + "</p>" for n in table.notes)
+            "<p>" + "<br>".join(map(html.escape, n.split("\n"))) + "</p>" for n in table.notes
+        ) + "".join(icicle_svg(note.modules_by_kind) for note in table.peaks)
 
     def note(self, text: str) -> str:
         return f"<p>{html.escape(text)}</p>"

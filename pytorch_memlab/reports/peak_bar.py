@@ -2,13 +2,14 @@
 breakdown line (``peak_text``), then one horizontal bar split into its items,
 each as wide as its share of the peak, labelled with its size and what it is
 (a line: its number and code, cut to the segment's width; the whole in the
-tooltip).  A device without a breakdown
-gets the line that says why, and no bar."""
+tooltip); under it, which modules hold what (``icicle_svg``).  A device
+without a breakdown gets the line that says why, and no bar."""
 from __future__ import annotations
 
 import html
 
 from ..common.sizes import readable_size
+from .icicle_svg import icicle_svg
 from .notebook import BAR_COLORS
 from .peak_text import PeakItem, PeakNote, items_text
 
@@ -46,14 +47,15 @@ def _segment(item: PeakItem, total: int, color: str) -> str:
 
 
 def peak_bar(note: PeakNote) -> str:
-    """The note's line, and its bar when it has items."""
+    """The note's line, and its bar when it has items, then its modules' icicle."""
     text = f'<p class="peaknote">{html.escape(note.text)}</p>'
     total = sum(item.size for item in note.items)
     if total <= 0:
-        return f'<div class="peak">{text}</div>'
+        return f'<div class="peak">{text}{icicle_svg(note.modules_by_kind)}</div>'
     segments, lines = [], 0
     for item in note.items:
         segments.append(_segment(item, total, _color(item, lines)))
         lines += item.lineno is not None
     return (f'<div class="peak">{text}<div class="peakbar" role="img" '
-            f'aria-label="{html.escape(note.text)}">{"".join(segments)}</div></div>')
+            f'aria-label="{html.escape(note.text)}">{"".join(segments)}</div>'
+            f"{icicle_svg(note.modules_by_kind)}</div>")

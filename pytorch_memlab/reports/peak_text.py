@@ -78,10 +78,12 @@ def missing_line(record: FunctionRecord) -> str:
 @dataclass
 class PeakNote:
     """One device's line under a table, and the items of its breakdown
-    (none where the line says why there is no breakdown)."""
+    (none where the line says why there is no breakdown); the peak's
+    ``modules_by_kind`` (empty where it has none), which the HTML report draws."""
 
     text: str
     items: list[PeakItem] = field(default_factory=list)
+    modules_by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def peak_breakdowns(records: Sequence[FunctionRecord]) -> list[PeakNote]:
@@ -92,7 +94,8 @@ def peak_breakdowns(records: Sequence[FunctionRecord]) -> list[PeakNote]:
         text = peak_line(record) or missing_line(record)
         if text:
             notes.append(PeakNote(f"{record.device}: {text}" if len(records) > 1 else text,
-                                  peak_items(record)))
+                                  peak_items(record),
+                                  (record.peak or {}).get("modules_by_kind", {})))
     return notes
 
 

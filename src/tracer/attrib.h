@@ -86,8 +86,11 @@ typedef struct AttribPeak {
     int64_t *klive;
     /* Modules (attrib_modules.c): what each module made (while it was the
      * innermost running on the allocating thread) still alive then; its own
-     * allocation, n_mods long, NULL for none. */
+     * allocation, n_mods long, NULL for none; and of that, the tagged bytes
+     * (mkheld: n_mods x ATTRIB_TAGGED, moved by tags as klive is).  In a
+     * copy both follow klive, in its allocation. */
     int64_t *mheld;
+    int64_t *mkheld;
     int n_mods;
     int first_line;
     int n_slots;

@@ -25,6 +25,7 @@ typedef struct AttribOpen {
     int64_t kother[ATTRIB_TAGGED];   /* of other, the same */
     int64_t *klive;        /* n_slots x ATTRIB_TAGGED after live[]: of live[] */
     int64_t *mlive;        /* Owned. n_mods: made by each module, still alive */
+    int64_t *mklive;       /* Owned. n_mods x ATTRIB_TAGGED: of mlive[], tagged */
     int n_mods;
     int64_t live[];        /* per line of the table: made there, still alive */
 } AttribOpen;
@@ -136,9 +137,12 @@ void attrib_kinds_charge(Attrib *a, const AttribBlock *b);
 int attrib_list_peak(Attrib *a, LineTable *table);
 
 /* attrib_modules.c, lock held: `size` more (or fewer) bytes of `module`
- * alive in an open Call; a peak's modules copied from its Call; the module
- * the calling thread runs; an open Call's end. */
+ * alive in an open Call; a tagged block's bytes of `module` moving from kind
+ * `from` to `to` in a module x ATTRIB_TAGGED array n_mods long (a module
+ * out of it was never charged there); a peak's modules copied from its Call;
+ * the module the calling thread runs; an open Call's end. */
 void attrib_module_add(Attrib *a, AttribOpen *op, int module, int64_t size);
+void attrib_module_kind(int64_t *mk, int n_mods, int module, int from, int to, int64_t size);
 void attrib_module_flush(AttribPeak *p, const AttribOpen *op);
 int attrib_module_now(void);
 void attrib_open_free(AttribOpen *op);

@@ -61,6 +61,7 @@ move_in_calls(Attrib *a, const AttribBlock *b, int from, int to)
         if (c->open != NULL) {
             AttribOpen *op = c->open;
             move_kind(op->klive + (size_t)slot_of(op, line) * ATTRIB_TAGGED, from, to, b->size);
+            attrib_module_kind(op->mklive, op->n_mods, b->module, from, to, b->size);
             op->mark = mark;
         }
     }
@@ -87,14 +88,15 @@ attrib_kinds_charge(Attrib *a, const AttribBlock *b)
 
 /* Where block b was counted in peak p (of `table`): its line's kinds when
  * its chain passes through the peak's Call (mapped as attrib_flush_peak
- * maps the Call's slots; NULL where that drops the line), else before or
- * another thread's. */
+ * maps the Call's slots; NULL where that drops the line; *during set, its
+ * module's kinds hold it too), else before or another thread's. */
 static int64_t *
-peak_place(AttribPeak *p, const LineTable *table, const AttribBlock *b)
+peak_place(AttribPeak *p, const LineTable *table, const AttribBlock *b, int *during)
 {
     int line = b->line;
     for (const AttribCall *c = b->call; c != NULL; line = c->parent_line, c = c->parent) {
         if (c->table == table && c->start_seq == p->start_seq) {
+            *during = 1;
             int s = line - p->call_first_line;
             if (s < 0 || s >= p->call_n_slots) {
                 s = 0;
@@ -171,9 +173,13 @@ tag_one(Attrib *a, uintptr_t ptr, int64_t size, int kind, int only_from, int bac
         if (p->bytes < 0 || p->attach != a->attaches || b->seq > p->seq) {
             continue;
         }
-        int64_t *place = peak_place(p, table, b);
+        int during = 0;
+        int64_t *place = peak_place(p, table, b, &during);
         if (place != NULL) {
             move_kind(place, from, kind, b->size);
+        }
+        if (during) {
+            attrib_module_kind(p->mkheld, p->n_mods, b->module, from, kind, b->size);
         }
     }
     b->kind = (uint8_t)kind;

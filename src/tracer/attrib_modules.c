@@ -33,9 +33,11 @@ attrib_modules_missing(const Attrib *a)
     return why;
 }
 
-/* arr (n long) grown to hold index `want`, new slots 0; 0 or -1. */
+/* arr (n long) and its tagged kinds karr (n x ATTRIB_TAGGED) grown to hold
+ * index `want`, new slots 0; 0 or -1 (then n is unchanged: a karr grown
+ * already is only larger than n says). */
 static int
-grow(int64_t **arr, int *n, int want)
+grow(int64_t **arr, int64_t **karr, int *n, int want)
 {
     if (want < *n) {
         return 0;
@@ -44,11 +46,18 @@ grow(int64_t **arr, int *n, int want)
     while (cap <= want) {
         cap *= 2;
     }
+    int64_t *kinds = realloc(*karr, sizeof(int64_t) * ATTRIB_TAGGED * (size_t)cap);
+    if (kinds == NULL) {
+        return -1;
+    }
+    *karr = kinds;
     int64_t *bigger = realloc(*arr, sizeof(int64_t) * (size_t)cap);
     if (bigger == NULL) {
         return -1;
     }
     memset(bigger + *n, 0, sizeof(int64_t) * (size_t)(cap - *n));
+    memset(kinds + (size_t)*n * ATTRIB_TAGGED, 0,
+           sizeof(int64_t) * ATTRIB_TAGGED * (size_t)(cap - *n));
     *arr = bigger;
     *n = cap;
     return 0;
@@ -57,7 +66,7 @@ grow(int64_t **arr, int *n, int want)
 void
 attrib_module_add(Attrib *a, AttribOpen *op, int module, int64_t size)
 {
-    if (grow(&op->mlive, &op->n_mods, module) < 0) {
+    if (grow(&op->mlive, &op->mklive, &op->n_mods, module) < 0) {
         a->modules_inexact = "memory ran out while following modules";
         return;
     }
@@ -65,22 +74,41 @@ attrib_module_add(Attrib *a, AttribOpen *op, int module, int64_t size)
 }
 
 void
+attrib_module_kind(int64_t *mk, int n_mods, int module, int from, int to, int64_t size)
+{
+    if (module <= 0 || module >= n_mods) {
+        return;
+    }
+    int64_t *k = mk + (size_t)module * ATTRIB_TAGGED;
+    if (from != ATTRIB_UNTAGGED) {
+        k[from - 1] -= size;
+    }
+    if (to != ATTRIB_UNTAGGED) {
+        k[to - 1] += size;
+    }
+}
+
+void
 attrib_module_flush(AttribPeak *p, const AttribOpen *op)
 {
     if (p->n_mods > 0) {
         memset(p->mheld, 0, sizeof(int64_t) * (size_t)p->n_mods);
+        memset(p->mkheld, 0, sizeof(int64_t) * ATTRIB_TAGGED * (size_t)p->n_mods);
     }
     if (op->n_mods == 0) {
         return;
     }
-    if (grow(&p->mheld, &p->n_mods, op->n_mods - 1) < 0) {
+    if (grow(&p->mheld, &p->mkheld, &p->n_mods, op->n_mods - 1) < 0) {
         p->n_mods = 0;
         free(p->mheld);
+        free(p->mkheld);
         p->mheld = NULL;
+        p->mkheld = NULL;
         attrib_runtime.modules_failed = 1;
         return;
     }
     memcpy(p->mheld, op->mlive, sizeof(int64_t) * (size_t)op->n_mods);
+    memcpy(p->mkheld, op->mklive, sizeof(int64_t) * ATTRIB_TAGGED * (size_t)op->n_mods);
 }
 
 void
@@ -88,6 +116,7 @@ attrib_open_free(AttribOpen *op)
 {
     if (op != NULL) {
         free(op->mlive);
+        free(op->mklive);
         free(op);
     }
 }
@@ -97,6 +126,7 @@ attrib_peak_free(AttribPeak *p)
 {
     if (p != NULL) {
         free(p->mheld);
+        free(p->mkheld);
         free(p);
     }
 }

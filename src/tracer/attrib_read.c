@@ -14,9 +14,9 @@ attrib_peak_copy(LineTable *table)
     if (p != NULL && p->bytes >= 0) {
         attrib_flush_peak(p);
         /* One allocation (the caller frees it with free()): held[], the
-         * kinds per line, then the modules. */
+         * kinds per line, then the modules and their kinds. */
         size_t n = (size_t)p->n_slots;
-        size_t words = (1 + ATTRIB_TAGGED) * n + (size_t)p->n_mods;
+        size_t words = (1 + ATTRIB_TAGGED) * (n + (size_t)p->n_mods);
         copy = malloc(sizeof(AttribPeak) + sizeof(int64_t) * words);
         if (copy != NULL) {
             memcpy(copy, p, sizeof(AttribPeak) + sizeof(int64_t) * n);
@@ -24,8 +24,11 @@ attrib_peak_copy(LineTable *table)
             copy->klive = copy->held + n;
             memcpy(copy->klive, p->klive, ATTRIB_TAGGED * sizeof(int64_t) * n);
             copy->mheld = copy->klive + ATTRIB_TAGGED * n;
+            copy->mkheld = copy->mheld + p->n_mods;
             if (p->n_mods > 0) {
                 memcpy(copy->mheld, p->mheld, sizeof(int64_t) * (size_t)p->n_mods);
+                memcpy(copy->mkheld, p->mkheld,
+                       sizeof(int64_t) * ATTRIB_TAGGED * (size_t)p->n_mods);
             }
         }
     }
@@ -79,6 +82,7 @@ attrib_peak_clear(LineTable *table, int forget_calls)
         memset(p->kother, 0, sizeof p->kother);
         if (p->n_mods > 0) {
             memset(p->mheld, 0, sizeof(int64_t) * (size_t)p->n_mods);
+            memset(p->mkheld, 0, sizeof(int64_t) * ATTRIB_TAGGED * (size_t)p->n_mods);
         }
     }
     attrib_unlock();

@@ -183,8 +183,35 @@ peak_modules(const AttribPeak *p)
     return modules;
 }
 
+/* {module: tagged kinds} of a peak's modules holding tagged bytes; NULL
+ * with an exception. */
+static PyObject *
+peak_module_kinds(const AttribPeak *p)
+{
+    PyObject *modules = PyDict_New();
+    for (int m = 1; modules != NULL && m < p->n_mods; m++) {
+        const int64_t *k = p->mkheld + (size_t)m * ATTRIB_TAGGED;
+        int tagged = 0;
+        for (int i = 0; i < ATTRIB_TAGGED; i++) {
+            tagged |= k[i] != 0;
+        }
+        if (!tagged) {
+            continue;
+        }
+        PyObject *key = PyLong_FromLong(m);
+        PyObject *v = kinds_tuple(k);
+        if (key == NULL || v == NULL || PyDict_SetItem(modules, key, v) < 0) {
+            Py_CLEAR(modules);
+        }
+        Py_XDECREF(key);
+        Py_XDECREF(v);
+    }
+    return modules;
+}
+
 /* (bytes, lineno, call, before, other, {lineno: held}, before's tagged kinds,
- * other's, {lineno: tagged kinds}, {module: bytes}); NULL with an exception. */
+ * other's, {lineno: tagged kinds}, {module: bytes}, {module: tagged kinds});
+ * NULL with an exception. */
 static PyObject *
 peak_row(const AttribPeak *p)
 {
@@ -194,16 +221,18 @@ peak_row(const AttribPeak *p)
     PyObject *before = kinds_tuple(p->kbefore);
     PyObject *other = kinds_tuple(p->kother);
     PyObject *modules = peak_modules(p);
-    if (held && kinds && before && other && modules && peak_lines(p, held, kinds) == 0) {
-        row = Py_BuildValue("(LiLLLOOOOO)", (long long)p->bytes, p->line, (long long)p->call,
-                            (long long)p->before, (long long)p->other, held, before, other,
-                            kinds, modules);
+    PyObject *mkinds = modules ? peak_module_kinds(p) : NULL;
+    if (held && kinds && before && other && mkinds && peak_lines(p, held, kinds) == 0) {
+        row = Py_BuildValue("(LiLLLOOOOOO)", (long long)p->bytes, p->line,
+                            (long long)p->call, (long long)p->before, (long long)p->other,
+                            held, before, other, kinds, modules, mkinds);
     }
     Py_XDECREF(held);
     Py_XDECREF(kinds);
     Py_XDECREF(before);
     Py_XDECREF(other);
     Py_XDECREF(modules);
+    Py_XDECREF(mkinds);
     return row;
 }
 

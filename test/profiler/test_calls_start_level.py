@@ -122,7 +122,7 @@ def test_start_level_round_trip_json_and_csv(tmp_path):
         assert saved["start_level"] == live["start_level"], name
         assert note_of(load(tmp_path / name)) == note_of(prof)
     doc = json.loads((tmp_path / "p.json").read_text())
-    assert doc["schema_version"] == SCHEMA_VERSION == 6
+    assert doc["schema_version"] == SCHEMA_VERSION == 7
     assert doc["functions"][0]["start_level"] == live["start_level"]
 
 

@@ -260,7 +260,7 @@ def test_cpu_nested_span_names_the_callee(cpu, tmp_path):
     from pytorch_memlab import load
     prof.save(tmp_path / "p.json")
     data = json.loads((tmp_path / "p.json").read_text())
-    assert data["schema_version"] == 6
+    assert data["schema_version"] == 7
     loaded = {r["qualname"]: r for r in load(tmp_path / "p.json").stats()}
     assert loaded["nested_caller"]["curve"] == points
     assert loaded["nested_caller"]["curve_of"] == by_name["nested_caller"]["curve_of"]

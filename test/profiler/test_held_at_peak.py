@@ -83,7 +83,7 @@ def test_saved_profiles_keep_it_and_old_files_load(tmp_path):
             [l["held_at_peak"] for l in live["lines"]]
     import json
     doc = json.loads((tmp_path / "p.json").read_text())
-    assert doc["schema_version"] == 6
+    assert doc["schema_version"] == 7
     doc["schema_version"] = 3                     # as a version 3 writer left it
     for f in doc["functions"]:
         del f["peak"]

@@ -76,6 +76,9 @@ def test_each_linear_keeps_its_input_for_backward():
     assert before["saved_for_backward"] == activation
     assert peak["lines_by_kind"][line_of(forward_loss, "# forward")] == \
         {"saved_for_backward": 2 * activation, "temporary": activation}
+    # the module that made each Linear's saved input (x was made before the call)
+    assert [peak["modules_by_kind"][name] for name in ("Sequential.1", "Sequential.3")] == \
+        [{"saved_for_backward": activation}] * 2
     loss.backward()
     text = repr(prof.display())
     assert "\nby kind: " in text and " saved for backward" in text

@@ -45,6 +45,10 @@ def test_each_block_goes_to_the_module_that_made_it():
     # alive then: both ReLUs' outputs (kept for backward) and the last Linear's
     assert by_module_sums(record) == {"Sequential.1": ACT, "Sequential.3": ACT,
                                       "Sequential.4": ACT, NO_MODULE: 4}
+    # each ReLU made the input the next Linear saves; the last Linear's output is not saved
+    assert record["peak"]["modules_by_kind"] == {
+        "Sequential.1": {"saved_for_backward": ACT}, "Sequential.3": {"saved_for_backward": ACT},
+        "Sequential.4": {"temporary": ACT}, NO_MODULE: {"temporary": 4}}
 
 
 class Block(torch.nn.Module):
@@ -80,6 +84,13 @@ def test_nested_modules_by_qualified_name_and_folded_in_the_display_only(tmp_pat
     assert by_module == {"layers.0": ACT, "layers.0.mlp.1": 2 * ACT,
                          "layers.1": ACT, "layers.1.mlp.1": 2 * ACT,
                          "layers.2.mlp.0": 2 * ACT, "layers.2.mlp.1": 2 * ACT}
+    # a ReLU saves its output, which the next Linear saves too; a Block's sum is
+    # the next Block's input, which its first Linear saves; the ReLU's input is not
+    saved = {"saved_for_backward": 2 * ACT}
+    assert prof.stats()[0]["peak"]["modules_by_kind"] == {
+        "layers.0": {"saved_for_backward": ACT}, "layers.0.mlp.1": saved,
+        "layers.1": {"saved_for_backward": ACT}, "layers.1.mlp.1": saved,
+        "layers.2.mlp.0": {"temporary": 2 * ACT}, "layers.2.mlp.1": saved}
     assert folded("layers.2.mlp.1") == "layers.*.mlp.1" and folded("mlp.1") == "mlp.1"
     assert folded("Sequential.2.mlp") == "Sequential.*.mlp"
     text = repr(prof.display())
@@ -160,5 +171,10 @@ def test_backward_allocations_go_to_the_module_whose_backward_made_them():
     assert by_module["Sequential.2"] == wide + (h * d + d) * 4
     # the ReLU: its output (kept for backward), and its backward's output
     assert by_module["Sequential.1"] == 2 * wide
+    # the weight's and bias's gradients, told at the optimizer's step after the peak
+    grads = sum(p.grad.untyped_storage().nbytes() for p in model[2].parameters())
+    by_kind = record["peak"]["modules_by_kind"]
+    assert by_kind["Sequential.2"] == {"gradient": grads, "temporary": wide}
+    assert by_kind["Sequential.1"] == {"saved_for_backward": wide, "temporary": wide}
     assert sum(v for k, v in by_module.items() if k.startswith("Sequential.")) > \
         0.99 * sum(by_module.values())

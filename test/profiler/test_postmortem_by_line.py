@@ -168,7 +168,7 @@ def test_saved_and_loaded_and_older_post_mortems_print_without_it(tmp_path):
     assert saved.stats()[0]["postmortem"] == prof.stats()[0]["postmortem"]
     assert repr(saved) == repr(prof.display())
     doc = json.loads((tmp_path / "oom.json").read_text())
-    assert doc["schema_version"] == 6              # live_by_line is new in version 4
+    assert doc["schema_version"] == 7              # live_by_line is new in version 4
     doc["schema_version"] = 3                      # as a version 3 writer left it
     for f in doc["functions"]:
         del f["postmortem"]["live_by_line"], f["peak"]

@@ -115,7 +115,7 @@ def test_json_schema(prof, tmp_path):
     prof.save(path)
     data = json.loads(path.read_text())
     assert data["format"] == "pytorch_memlab.line_profile"
-    assert data["schema_version"] == SCHEMA_VERSION == 6
+    assert data["schema_version"] == SCHEMA_VERSION == 7
     assert data["torch_version"] == str(torch.__version__)
     assert data["pytorch_memlab_version"] == pytorch_memlab.__version__
     assert data["python_version"] == "%d.%d.%d" % sys.version_info[:3]
@@ -134,7 +134,7 @@ def test_json_schema(prof, tmp_path):
                                          "held_at_peak"}
     assert set(record["peak"]) == {"bytes", "lineno", "call", "before_call", "other_threads",
                                    "by_kind", "before_call_by_kind", "other_threads_by_kind",
-                                   "lines_by_kind", "by_module"}
+                                   "lines_by_kind", "by_module", "modules_by_kind"}
     first = lines["x = torch.empty(262144)"]
     assert first["count"] == 2 and first["net_growth"] == 2 * MiB
     assert first["allocation.all.allocated"] == 2            # a counter: summed

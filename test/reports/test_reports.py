@@ -187,7 +187,7 @@ def test_a_saved_json_records_each_columns_kind_and_unit(saved_pair):
     from pytorch_memlab import sources
     _, new, _ = saved_pair
     doc = json.loads(new.read_text())
-    assert doc["schema_version"] == SCHEMA_VERSION == 6
+    assert doc["schema_version"] == SCHEMA_VERSION == 7
     assert list(doc) == ["format", "schema_version", "pytorch_memlab_version",
                          "torch_version", "python_version", "created", "devices", "columns",
                          "column_meanings", "functions", "timeline", "run"]

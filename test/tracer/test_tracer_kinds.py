@@ -60,7 +60,7 @@ def after_the_peak():
 def test_a_tag_reaches_back_to_the_peak_and_a_block_from_before_is_taken_in():
     block(0x100, MiB)
     peaks, missing = run(after_the_peak)
-    size, lineno, call, before, other, held, kbefore, kother, klines, modules = \
+    size, lineno, call, before, other, held, kbefore, kother, klines, modules, mkinds = \
         peaks[after_the_peak.__code__]
     assert missing is None
     assert (size, lineno, before, other) == (13 * MiB, line_of(after_the_peak, "# temporary"),
@@ -86,7 +86,7 @@ def saved_then_released():
 
 def test_a_tag_from_now_on_leaves_the_earlier_peaks_alone():
     peaks, missing = run(saved_then_released)
-    size, lineno, *_, klines, modules = peaks[saved_then_released.__code__]
+    size, lineno, *_, klines, modules, mkinds = peaks[saved_then_released.__code__]
     assert (size, lineno) == (6 * MiB, line_of(saved_then_released, "# higher peak"))
     assert all(not kinds(k) for k in klines.values())       # no longer saved at that one
     assert missing is None
@@ -105,7 +105,7 @@ def first_peak_only():
 
 def test_a_peak_keeps_the_kind_it_was_told_once_a_block_changed_from_now_on():
     peaks, missing = run(first_peak_only)
-    *_, klines, modules = peaks[first_peak_only.__code__]
+    *_, klines, modules, mkinds = peaks[first_peak_only.__code__]
     assert {n: kinds(k) for n, k in klines.items()} == \
         {line_of(first_peak_only, "# saved"): {SAVED: 2 * MiB}}
     assert missing is None
@@ -139,7 +139,7 @@ def too_large():
 def test_a_storage_larger_than_what_was_alive_before_is_not_taken_in():
     block(0x100, MiB)
     peaks, missing = run(too_large)
-    *_, kbefore, kother, klines, modules = peaks[too_large.__code__]
+    *_, kbefore, kother, klines, modules, mkinds = peaks[too_large.__code__]
     assert not kinds(kbefore) and "not one the memory source counts" in missing
     block(0x100, -MiB)
 
@@ -159,10 +159,10 @@ def outer():
 
 def test_nested_calls_see_a_tag_on_their_own_lines():
     peaks, missing = run(outer, inner)
-    *_, klines, modules = peaks[outer.__code__]
+    *_, klines, modules, mkinds = peaks[outer.__code__]
     assert {n: kinds(k) for n, k in klines.items()} == \
         {line_of(outer, "# calls inner"): {GRADIENT: MiB}}
-    *_, klines, modules = peaks[inner.__code__]
+    *_, klines, modules, mkinds = peaks[inner.__code__]
     before = peaks[inner.__code__][3]
     assert before == 2 * MiB
     assert {n: kinds(k) for n, k in klines.items()} == \
@@ -197,11 +197,11 @@ def in_modules():
 
 def test_blocks_are_charged_to_the_module_the_thread_runs():
     peaks, missing = run(in_modules)
-    size, lineno, *_, modules = peaks[in_modules.__code__]
+    size, lineno, *_, modules, mkinds = peaks[in_modules.__code__]
     assert (size, lineno) == (7 * MiB, line_of(in_modules, "# module 3, freed"))
-    assert modules == {7: MiB, 3: 6 * MiB}
+    assert modules == {7: MiB, 3: 6 * MiB} and mkinds == {}     # nothing tagged
     peaks, missing = run(in_modules)                # the same from a later enable
-    assert peaks[in_modules.__code__][-1] == {7: MiB, 3: 6 * MiB}
+    assert peaks[in_modules.__code__][-2] == {7: MiB, 3: 6 * MiB}
     with pytest.raises(ValueError, match="expected a module number"):
         _tracer.set_module(-1)
 
