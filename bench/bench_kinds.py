@@ -75,7 +75,9 @@ def main():
     print(f"MLP train step ({LAYERS}x Linear {w}->{4 * w}->{w}, Adam, batch {args.batch}, "
           f"{args.device}), step profiled: kinds+modules on {m_on * 1e3:.2f} ms, off "
           f"{m_off * 1e3:.2f} ms, ratio {m_on / m_off:.3f}x, +{(m_on - m_off) * 1e6:.0f} us "
-          f"per step (medians of {args.repeats})")
+          f"per step (medians of {args.repeats}); fastest repeats: ratio "
+          f"{min(on) / min(off):.3f}x, +{(min(on) - min(off)) * 1e6:.0f} us (on a shared "
+          f"machine the medians carry its load, the fastest less of it)")
 
 
 if __name__ == "__main__":
