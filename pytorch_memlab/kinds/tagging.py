@@ -65,16 +65,19 @@ Blocks = dict[str, tuple[list[int], list[int]]]
 
 
 def blocks_of(tensors: Iterable[Optional[torch.Tensor]]) -> Blocks:
-    """The blocks of ``tensors``' storages, by device: those an allocator
-    made (resizable), not memory a storage only wraps (numpy arrays, mapped
-    files, DLPack imports), which no memory source counts."""
+    """The blocks of ``tensors``' storages, by device: those the memory
+    source counts; not memory a storage only wraps (numpy arrays, mapped
+    files, DLPack imports), nor on the CPU a block made before the source
+    that Python could not reach then (DDP's gradient buckets, held by its
+    C++ reducer): no figure holds them."""
     groups: Blocks = {}
     for t in tensors:
         if t is None or t.device.type == "meta":
             continue
         try:
             storage = t.untyped_storage()
-            if not storage.resizable():
+            if not storage.resizable() or (t.device.type == "cpu"
+                                           and not native.cpu_counts(storage)):
                 continue
             ptr, nbytes, device = storage.data_ptr(), int(storage.nbytes()), str(t.device)
         except Exception:       # wrappers and subclasses that have no storage
