@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Optional
+from typing import Iterable, Optional
 
 import torch
 
@@ -29,6 +29,10 @@ WRAPPERS = {"DistributedDataParallel": "module", "DataParallel": "module",
 
 _lock = threading.Lock()
 _names: list[str] = [NO_MODULE]  # by number
+# modules charged with what their own modules made, which were not followed:
+# a compiled module (they run inside the compiled code), a module that
+# activation checkpointing recomputes in the backward pass
+_stopped: set[int] = set()
 _numbers: "weakref.WeakKeyDictionary[torch.nn.Module, int]" = weakref.WeakKeyDictionary()
 
 
@@ -75,6 +79,16 @@ def number_of(module: torch.nn.Module, caller: Optional[torch.nn.Module]) -> int
             return _add_outermost(module)
         base = _names[_numbers.get(caller, 0)]
         return _add(module, f"{base}.<{type(module).__name__}>")
+
+
+def stop(number: int) -> None:
+    """Module ``number`` is charged with what the modules it runs made."""
+    _stopped.add(number)
+
+
+def stopped_among(numbers: Iterable[int]) -> list[int]:
+    """Those of ``numbers`` that ``stop`` was told of."""
+    return [number for number in numbers if number in _stopped]
 
 
 def name_of(number: int) -> str:

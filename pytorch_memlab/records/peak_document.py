@@ -58,6 +58,12 @@ def read_peak(read: Reader, obj: Any, place: str) -> dict[str, Any]:
     if "by_module" in obj:
         peak["by_module"] = _sizes(read, obj["by_module"], f"{place}.by_module",
                                    lambda k: True, "{module name: bytes}")
+    if "by_module_stopped_at" in obj:
+        at = obj["by_module_stopped_at"]
+        if not isinstance(at, list) or not all(isinstance(name, str) for name in at):
+            raise read.fail(f"{place}.by_module_stopped_at",
+                            f"it is {_show(at)}; expected a list of module names")
+        peak["by_module_stopped_at"] = list(at)
     for key in MISSING_KEYS:
         if key in obj:
             peak[key] = read.typed(obj, key, str, place, "a string")
