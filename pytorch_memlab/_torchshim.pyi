@@ -59,6 +59,11 @@ def seed_cpu(storages: Sequence[int], /) -> tuple[int, int] | None:
 def cpu_seeded() -> bool:
     """``seed_cpu()`` has run since the counting wrapper was installed."""
 
+def cpu_counts(storage: int, /) -> bool:
+    """Does the CPU source count this storage's block (its
+    ``UntypedStorage._cdata``, kept alive by the caller): made through the
+    counting wrapper, or seeded?"""
+
 def _pause_next_cpu_block(ns: int, /) -> None:
     """Tests only: the next CPU block counted waits ``ns`` nanoseconds between
     its count and its push to the tracer."""

@@ -70,6 +70,25 @@ def _ends(depth: int, number: int) -> None:
     native.set_module(stack[-1][1] if stack else 0)
 
 
+def current() -> int:
+    """The number of the module whose backward this thread runs now (0: none)."""
+    stack = _stack()
+    return stack[-1][1] if stack else 0
+
+
+def recomputes(number: int) -> None:
+    """Activation checkpointing recomputes module ``number`` inside the
+    backward node running now: it is charged with the recomputation and,
+    until that node has run, with the node's backward (use_reentrant=True
+    runs the region's whole backward there)."""
+    stack = _stack()
+    depth = stack[-1][0] + 1 if stack else 1
+    _begins(depth, number)
+    node = torch._C._current_autograd_node()
+    if node is not None:
+        node.register_hook(lambda grad_inputs, grad_outputs: _ends(depth, number))
+
+
 def watch(depth: int, number: int, inputs: Any, outputs: Any) -> None:
     """A module (``number``, ``depth`` modules deep in the forward) ran from
     ``inputs`` to ``outputs``: charge its backward to it.  No-op where no

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from .modules import name_of
+from .modules import name_of, stopped_among
 from .names import INPUT, KINDS, NO_MODULE, OTHER, TAGGED, TEMPORARY
 
 KindBytes = dict[str, int]
@@ -66,7 +66,10 @@ def peak_modules(made: int, modules: dict[int, int], missing: Optional[str]) -> 
     """``record["peak"]["by_module"]``: of the ``made`` bytes the call's lines
     hold at the peak, what each module made while it was the innermost one
     running on its thread, by name (``modules.NO_MODULE``: outside every
-    module), summing to ``made``; or ``by_module_missing`` (why not) alone."""
+    module), summing to ``made``, and ``by_module_stopped_at``, the names
+    among them charged with what a compiled or checkpointed region's modules
+    made, largest first (left out when none); or ``by_module_missing`` (why
+    not) alone."""
     if missing is not None:
         return {"by_module_missing": missing}
     by_name: dict[str, int] = {}
@@ -78,7 +81,16 @@ def peak_modules(made: int, modules: dict[int, int], missing: Optional[str]) -> 
         return {"by_module_missing": "the modules hold more than the lines"}
     if rest:
         by_name[NO_MODULE] = rest
-    return {"by_module": {name: size for name, size in by_name.items() if size}}
+    out: dict[str, Any] = {"by_module": {name: size for name, size in by_name.items() if size}}
+    # where attribution stopped: a compiled or checkpointed region's own
+    # modules are charged to these
+    held = [number for number, size in modules.items() if size > 0]
+    stopped = {name_of(number) for number in stopped_among(held)}
+    at = sorted((name for name in out["by_module"] if name in stopped),
+                key=lambda name: -out["by_module"][name])
+    if at:
+        out["by_module_stopped_at"] = at
+    return out
 
 
 def module_kinds(peak: dict[str, Any], tagged: dict[int, tuple[int, ...]]) -> dict[str, Any]:

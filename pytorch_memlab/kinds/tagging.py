@@ -5,11 +5,17 @@ profiler has a call running (``begin`` / ``end``), see every module and
 optimizer.  The outermost module call of a thread tags its parameters,
 buffers and gradients, and pushes a saved-tensors hook pair whose pack hook
 tags each tensor autograd saves (returning it detached, which is what autograd
-keeps anyway) until that module returns; an optimizer's step tags its
+keeps anyway) until that module returns, unless the program's own pair is
+on top (checkpointing's, ``save_on_cpu``); an optimizer's step tags its
 parameters, gradients and state before and after (a closure may run the
 backward inside ``step()``).  ``end`` tags the gradients and optimizer state
 alive then.  A tag reaches back: a block tagged
 now counts as that kind at every peak of the call it was alive at.
+
+A region whose modules are not followed is charged to its outermost module
+seen (``modules.stop``): a compiled module (its modules run inside the
+compiled code), a module activation checkpointing recomputes in a backward
+node (``backward.recomputes``).
 
 Blocks are named by their storage's address, which is the allocator's block
 on the CPU and for CUDA's caching allocator (a storage is one block); a CUDA
@@ -27,7 +33,7 @@ import torch
 from ..common.tensors import grad_of
 from ..sources import native
 from . import backward
-from .modules import number_of
+from .modules import number_of, stop
 from .names import code_of
 
 if TYPE_CHECKING:
@@ -74,9 +80,11 @@ Blocks = dict[str, tuple[list[int], list[int]]]
 
 
 def blocks_of(tensors: Iterable[Optional[torch.Tensor]]) -> Blocks:
-    """The blocks of ``tensors``' storages, by device: those an allocator
-    made (resizable), not memory a storage only wraps (numpy arrays, mapped
-    files, DLPack imports), which no memory source counts."""
+    """The blocks of ``tensors``' storages, by device: those the memory
+    source counts; not memory a storage only wraps (numpy arrays, mapped
+    files, DLPack imports), nor on the CPU a block made before the source
+    that Python could not reach then (DDP's gradient buckets, held by its
+    C++ reducer): no figure holds them."""
     groups: Blocks = {}
     for t in tensors:
         block = block_of(t)
@@ -94,7 +102,8 @@ def block_of(t: Optional[torch.Tensor]) -> Optional[tuple[str, int, int]]:
         return None
     try:
         storage = t.untyped_storage()
-        if not storage.resizable():
+        if not storage.resizable() or (t.device.type == "cpu"
+                                       and not native.cpu_counts(storage)):
             return None
         ptr, nbytes = storage.data_ptr(), int(storage.nbytes())
     except Exception:       # wrappers, subclasses and meta tensors: no storage
@@ -212,7 +221,7 @@ def _top_is(pack: Any) -> bool:
     top_of = getattr(_hooks, "_top_saved_tensors_default_hooks", None)
     if top_of is None:
         return pack is None
-    top = top_of(False)
+    top = top_of(True)         # True: also while dynamo traces
     return top is None if pack is None else top is not None and top[0] is pack
 
 
@@ -261,13 +270,20 @@ def call_ends() -> None:
 # ---- module hooks -----------------------------------------------------------------
 
 def _module_pre(module: torch.nn.Module, args: Any) -> None:
-    if not _sets or _compiling():
-        return
+    if not _sets or _compiling() or getattr(_local, "region", None) is not None:
+        return              # inside a region: its outermost module is charged
     global _pushed
     modules: list[Any] = _local.__dict__.setdefault("modules", [])
     numbers: list[int] = _local.__dict__.setdefault("numbers", [])
+    number = number_of(module, modules[-1] if modules else None)
+    # a module called with none of ours running on the thread inside a
+    # backward node: activation checkpointing recomputes it
+    recomputed = not modules and torch._C._current_autograd_node() is not None
+    if recomputed or type(module).__name__ == "OptimizedModule":
+        _local.region = module
+        stop(number)
     if not modules:
-        if module not in _roots:
+        if not recomputed and module not in _roots:
             _roots.add(module)
             _module_state(module)
         if type(module).__name__ == "OptimizedModule":
@@ -277,21 +293,30 @@ def _module_pre(module: torch.nn.Module, args: Any) -> None:
             _local.pushed, _local.lent = _push_saved(), False
         with _lock:
             _pushed += 1
-    numbers.append(number_of(module, modules[-1] if modules else None))
+    numbers.append(number)
     modules.append(module)
-    native.set_module(numbers[-1])
+    if recomputed:
+        backward.recomputes(number)
+    else:
+        native.set_module(number)
 
 
 def _module_post(module: torch.nn.Module, args: Any, output: Any) -> None:
+    if _compiling():
+        return            # traced into compiled code: nothing to follow
     modules: list[Any] = getattr(_local, "modules", [])
     if not modules or modules[-1] is not module:
         return            # entered before our pre hook was on (or after it went)
     modules.pop()
     numbers: list[int] = _local.numbers
-    if _sets and not _compiling():
+    recomputed = getattr(_local, "region", None) is module and \
+        torch._C._current_autograd_node() is not None
+    if getattr(_local, "region", None) is module:
+        _local.region = None
+    if _sets and not recomputed:
         backward.watch(len(numbers), numbers[-1], args, output)
     numbers.pop()
-    native.set_module(numbers[-1] if numbers else 0)
+    native.set_module(numbers[-1] if numbers else backward.current())
     if not modules:
         if getattr(_local, "pushed", False):
             _pop_saved()

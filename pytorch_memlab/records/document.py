@@ -125,7 +125,10 @@ and ``other_threads`` the same way, and ``lines_by_kind`` each line's
 ``held_at_peak`` (keyed by the line number as a string, lines holding
 nothing left out): together they are ``by_kind``.  ``by_module`` splits
 what the lines hold by the module that made it, ``{qualified name: bytes}``
-("(no module)": outside every module), summing to the lines' held bytes.
+("(no module)": outside every module), summing to the lines' held bytes;
+``by_module_stopped_at``, where present, lists the names among them that
+were charged with what their own modules made inside a compiled or
+checkpointed region (largest first; new in version 7, files without it load).
 Where the kinds, or the modules, could not be told exactly the peak has
 ``"by_kind_missing"`` (or ``"by_module_missing"``: why) instead.  Older
 files, and version 5 (which added no peak key), have none of these keys.

@@ -66,6 +66,12 @@ def read_peak(read: Reader, obj: Any, place: str) -> dict[str, Any]:
                             "module names")
         peak["modules_by_kind"] = {name: _kinds(read, v, f"{where}.{name}")
                                    for name, v in modules.items()}
+    if "by_module_stopped_at" in obj:
+        at = obj["by_module_stopped_at"]
+        if not isinstance(at, list) or not all(isinstance(name, str) for name in at):
+            raise read.fail(f"{place}.by_module_stopped_at",
+                            f"it is {show_value(at)}; expected a list of module names")
+        peak["by_module_stopped_at"] = list(at)
     for key in MISSING_KEYS:
         if key in obj:
             peak[key] = read.typed(obj, key, str, place, "a string")

@@ -57,6 +57,18 @@ def module_line(record: FunctionRecord) -> str:
     return f"by module: {modules_text(by_module)}"
 
 
+def stopped_line(record: FunctionRecord) -> str:
+    """The note under the by-module line when some modules' bytes include
+    what their own modules made inside a compiled or checkpointed region
+    ("" when none)."""
+    at = (record.peak or {}).get("by_module_stopped_at") or []
+    if not at or not (record.peak or {}).get("by_module"):
+        return ""
+    names = ", ".join(dict.fromkeys(folded(name) for name in at))
+    return ("note: modules inside compiled or checkpointed regions are charged to the "
+            f"outermost visible module ({names})")
+
+
 def with_kinds(records: Sequence[FunctionRecord], peak_texts: Sequence[str]) -> list[str]:
     """Each device's peak line (``peak_text.peak_breakdowns``' texts, one per
     record that has a peak or says why not) with its by-kind and by-module
@@ -67,7 +79,7 @@ def with_kinds(records: Sequence[FunctionRecord], peak_texts: Sequence[str]) -> 
         if record.peak is None and not missing_line(record):
             continue
         text = next(texts, "")
-        for line in (kind_line(record), module_line(record)):
+        for line in (kind_line(record), module_line(record), stopped_line(record)):
             if line:
                 text += "\n" + (f"{record.device}: {line}" if len(records) > 1 else line)
         notes.append(text)

@@ -27,7 +27,7 @@ _T = TypeVar("_T")
 KINDS = ("cuda", "cpu")
 
 __all__ = ["KINDS", "MECHANISM", "ProfiledCall", "Tracer", "allocated_at", "check_kind",
-           "cpu_seeded", "cuda_push_unavailable", "field_table", "import_shim",
+           "cpu_counts", "cpu_seeded", "cuda_push_unavailable", "field_table", "import_shim",
            "install_thread_hook", "instances_of", "load_shim", "live_kinds", "peaks_by_kind", "prepare",
            "sample", "seed_cpu", "set_module", "tag_blocks",
            "shim_capsule", "shim_fields", "shim_path"]
@@ -183,6 +183,14 @@ def prepare(kind: str, device: int) -> None:
 def cpu_seeded() -> bool:
     """Has the CPU source counted the storages that were alive before it?"""
     return bool(import_shim().cpu_seeded())
+
+
+def cpu_counts(storage: Any) -> bool:
+    """Does the CPU source count ``storage``'s block (a CPU
+    ``UntypedStorage``, alive while this runs)?  Not one made before it that
+    Python could not reach then (held by C++ only), nor memory no allocator
+    made."""
+    return bool(import_shim().cpu_counts(storage._cdata))
 
 
 def seed_cpu(storages: Sequence[Any]) -> None:

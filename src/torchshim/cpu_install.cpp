@@ -185,4 +185,10 @@ bool cpu_seeded() noexcept {
     return state != nullptr && state->seeded.load();
 }
 
+bool cpu_counts(std::uintptr_t storage) noexcept {
+    const auto *impl = reinterpret_cast<const c10::StorageImpl *>(storage);
+    return impl->device_type() == c10::DeviceType::CPU &&
+           impl->data_ptr().get_deleter() == &cpu::counted_delete;
+}
+
 }  // namespace memlab

@@ -280,6 +280,16 @@ PyObject *shim_cpu_seeded(PyObject *self, PyObject *unused) {
     return PyBool_FromLong(memlab::cpu_seeded());
 }
 
+PyObject *shim_cpu_counts(PyObject *self, PyObject *arg) {
+    void *address = PyLong_AsVoidPtr(arg);
+    if (address == nullptr) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "cpu_counts(): the storage address is 0");
+        return nullptr;
+    }
+    return PyBool_FromLong(memlab::cpu_counts(reinterpret_cast<std::uintptr_t>(address)));
+}
+
 PyObject *shim_pause_next_cpu_block(PyObject *self, PyObject *arg) {
     const long long ns = PyLong_AsLongLong(arg);
     if (ns == -1 && PyErr_Occurred())
@@ -359,6 +369,9 @@ PyMethodDef shim_methods[] = {
      "before the counting wrapper (UntypedStorage._cdata of each; keep them alive "
      "during the call) as live, and their later frees exactly.  Only the first call "
      "after prepare('cpu', 0) counts: (storages, bytes) counted; later calls: None."},
+    {"cpu_counts", shim_cpu_counts, METH_O,
+     "cpu_counts(storage) -> bool\n\nDoes the CPU source count this storage's block "
+     "(an UntypedStorage._cdata the caller keeps alive)?"},
     {"cpu_seeded", shim_cpu_seeded, METH_NOARGS,
      "cpu_seeded() -> bool\n\nseed_cpu() has run since the wrapper was installed."},
     {"_pause_next_cpu_block", shim_pause_next_cpu_block, METH_O,

@@ -47,6 +47,10 @@ int cpu_seed(const std::uintptr_t *storages, std::size_t n, int64_t *seeded,
 /* cpu_seed() has run (false before the wrapper is installed). */
 bool cpu_seeded() noexcept;
 
+/* Does the CPU source count this storage's block (a c10::StorageImpl
+ * address the caller keeps alive): made through the wrapper, or seeded? */
+bool cpu_counts(std::uintptr_t storage) noexcept;
+
 /* Tests only: the next CPU block counted waits `ns` between its count and its
  * push to the listener, and cpu_block_paused() is true meanwhile. */
 void cpu_pause_next_block(int64_t ns) noexcept;
