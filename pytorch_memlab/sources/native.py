@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from types import CodeType, ModuleType
-from typing import TYPE_CHECKING, Any, Optional, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeVar
 
 from pytorch_memlab import _tracer
 from pytorch_memlab._tracer import ProfiledCall, Tracer
@@ -190,7 +190,13 @@ def cpu_counts(storage: Any) -> bool:
     ``UntypedStorage``, alive while this runs)?  Not one made before it that
     Python could not reach then (held by C++ only), nor memory no allocator
     made."""
-    return bool(import_shim().cpu_counts(storage._cdata))
+    global _cpu_counts
+    if _cpu_counts is None:       # once: the saved-tensor hooks ask per block
+        _cpu_counts = import_shim().cpu_counts
+    return bool(_cpu_counts(storage._cdata))
+
+
+_cpu_counts: Optional[Callable[[int], bool]] = None
 
 
 def seed_cpu(storages: Sequence[Any]) -> None:
