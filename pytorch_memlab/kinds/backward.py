@@ -49,6 +49,12 @@ def _ended() -> None:
     native.set_module(0)
 
 
+def forget() -> None:
+    """This thread runs no module's backward (one that raised left its
+    modules here: the end-of-backward callback never ran)."""
+    _stack().clear()
+
+
 def _begins(depth: int, number: int) -> None:
     stack = _stack()
     if (depth, number) in stack:

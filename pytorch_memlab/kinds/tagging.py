@@ -15,11 +15,8 @@ now counts as that kind at every peak of the call it was alive at.
 A region whose modules are not followed is charged to its outermost module
 seen (``modules.stop``): a compiled module (its modules run inside the
 compiled code), a module activation checkpointing recomputes in a backward
-node (``backward.recomputes``).
-
-Blocks are named by their storage's address, which is the allocator's block
-on the CPU and for CUDA's caching allocator (a storage is one block); a CUDA
-block's bytes are the storage's rounded up to the allocator's 512.
+node (``backward.recomputes``).  Which blocks are tagged: ``storages``; the
+saved-tensor hooks: ``saved``.
 """
 from __future__ import annotations
 
@@ -32,16 +29,15 @@ import torch
 
 from ..common.tensors import grad_of
 from ..sources import native
-from . import backward
+from . import backward, saved, storages
+from .storages import blocks_of, tag_blocks
 from .modules import number_of, stop
-from .names import code_of
 
 if TYPE_CHECKING:
     from torch.utils.hooks import RemovableHandle
 
     from ..line_profiler.tracers import TracerSet
 
-CUDA_BLOCK_BYTES = 512
 # PYTORCH_MEMLAB_KINDS=0: no hooks, no kinds, no modules (the peaks then say
 # the bytes tagged so far only: none)
 ENABLED = os.environ.get("PYTORCH_MEMLAB_KINDS", "1") != "0"
@@ -61,71 +57,15 @@ _optimizers: "weakref.WeakKeyDictionary[torch.optim.Optimizer, int]" = \
     weakref.WeakKeyDictionary()
 
 
-# {device: the tracers of _sets that follow it}: replaced with _sets
-_by_device: dict[str, list[native.Tracer]] = {}
-
-
 def _running(sets: tuple["TracerSet", ...]) -> None:
     """_sets is ``sets`` from now on (_lock held)."""
-    global _sets, _by_device
+    global _sets
     by_device: dict[str, list[native.Tracer]] = {}
     for tracers in sets:
         for where, tracer in zip(tracers.labels(), tracers.tracers):
             by_device.setdefault(where, []).append(tracer)
-    _sets, _by_device = sets, by_device
-
-
-# {device: ([addresses], [bytes])}: the blocks of some storages
-Blocks = dict[str, tuple[list[int], list[int]]]
-
-
-def blocks_of(tensors: Iterable[Optional[torch.Tensor]]) -> Blocks:
-    """The blocks of ``tensors``' storages, by device: those the memory
-    source counts; not memory a storage only wraps (numpy arrays, mapped
-    files, DLPack imports), nor on the CPU a block made before the source
-    that Python could not reach then (DDP's gradient buckets, held by its
-    C++ reducer): no figure holds them."""
-    groups: Blocks = {}
-    for t in tensors:
-        block = block_of(t)
-        if block is not None:
-            ptrs, sizes = groups.setdefault(block[0], ([], []))
-            ptrs.append(block[1])
-            sizes.append(block[2])
-    return groups
-
-
-def block_of(t: Optional[torch.Tensor]) -> Optional[tuple[str, int, int]]:
-    """(device, address, bytes) of the block of ``t``'s storage, or None (see
-    blocks_of)."""
-    if t is None:
-        return None
-    try:
-        storage = t.untyped_storage()
-        if not storage.resizable() or (t.device.type == "cpu"
-                                       and not native.cpu_counts(storage)):
-            return None
-        ptr, nbytes = storage.data_ptr(), int(storage.nbytes())
-    except Exception:       # wrappers, subclasses and meta tensors: no storage
-        return None
-    if ptr == 0 or nbytes <= 0:
-        return None
-    if t.is_cuda:
-        nbytes = -(-nbytes // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES
-    return str(t.device), ptr, nbytes
-
-
-def tag_blocks(kind: Optional[str], blocks: Blocks, only_from: Optional[str] = "",
-               back: bool = True) -> None:
-    """Tag ``blocks`` as ``kind`` (None: untagged) in every profiler with a
-    call running; ``only_from``: only blocks of that kind now (None: untagged
-    ones; "": any); ``back``: at the peaks since they were made too, else
-    from now on."""
-    number = code_of(kind) if kind is not None else 0
-    old = -1 if only_from == "" else code_of(only_from) if only_from is not None else 0
-    for device, (ptrs, sizes) in blocks.items():
-        for tracer in _by_device.get(device, ()):
-            native.tag_blocks(tracer, number, ptrs, sizes, old, back)
+    _sets = sets
+    storages.follow(by_device)
 
 
 def tag(kind: Optional[str], tensors: Iterable[Optional[torch.Tensor]],
@@ -160,113 +100,6 @@ def _optimizer_state(opt: torch.optim.Optimizer) -> None:
         _optimizers[opt] = len(state)
 
 
-# ---- saved for backward -----------------------------------------------------------
-
-# {(device, address): times saved and not yet unpacked}: one storage is often
-# kept by two nodes (a Linear's input is the ReLU's output before it)
-_saved: dict[tuple[str, int], int] = {}
-
-
-SAVED = code_of("saved_for_backward")
-
-
-def _tag_one(number: int, block: tuple[str, int, int], old: int, back: bool) -> None:
-    """tag_blocks of one block, by kind numbers: the saved-tensor hooks' path."""
-    for tracer in _by_device.get(block[0], ()):
-        native.tag_blocks(tracer, number, (block[1],), (block[2],), old, back)
-
-
-def _pack(t: torch.Tensor) -> torch.Tensor:
-    block = block_of(t) if _sets and not _compiling() else None
-    if block is not None:
-        key = block[:2]
-        with _lock:
-            _saved[key] = _saved.get(key, 0) + 1
-        _tag_one(SAVED, block, 0, True)     # untagged blocks only
-    return t.detach()       # not t: the graph would hold the tensor that holds the graph
-
-
-def _unpack(t: torch.Tensor) -> torch.Tensor:
-    # the node that kept it runs its backward now, and autograd lets go of it
-    # after: once every node that kept it has run, a block still alive is no
-    # longer saved (from then on: at the peaks before, it was)
-    block = block_of(t) if not _compiling() else None
-    if block is None:
-        return t
-    key = block[:2]                       # numbers only: the hook must not keep t alive
-    with _lock:
-        left = _saved.pop(key, 0) - 1
-        if left > 0:
-            _saved[key] = left
-    if left <= 0:
-        node = torch._C._current_autograd_node()
-        if node is None:
-            _released(block)
-        else:
-            node.register_hook(lambda grad_inputs, grad_outputs: _released(block))
-    return t
-
-
-def _released(block: tuple[str, int, int]) -> None:
-    if _sets:
-        _tag_one(0, block, SAVED, False)
-
-
-_hooks = torch._C._autograd
-
-
-def _top_is(pack: Any) -> bool:
-    """Is ``pack`` the pack hook on top of this thread's stack (None: the
-    stack is empty)?  True where torch cannot tell and the stack is ours."""
-    top_of = getattr(_hooks, "_top_saved_tensors_default_hooks", None)
-    if top_of is None:
-        return pack is None
-    top = top_of(True)         # True: also while dynamo traces
-    return top is None if pack is None else top is not None and top[0] is pack
-
-
-def _push_saved() -> bool:
-    """Our pack hook on this thread's stack, where the stack is empty: hooks
-    of the user's own (``save_on_cpu``, offloading) stay the ones autograd
-    calls, and ours already there need no second; False where none was
-    pushed, or autograd refuses hooks now (functorch transforms)."""
-    if not _top_is(None):
-        return False
-    try:
-        _hooks._push_saved_tensors_default_hooks(_pack, _unpack)
-    except RuntimeError:
-        return False
-    return True
-
-
-def _pop_saved() -> bool:
-    """Ours off the top of this thread's stack, if they are on top."""
-    if not _top_is(_pack):
-        return False
-    _hooks._pop_saved_tensors_default_hooks()
-    return True
-
-
-def call_begins() -> None:
-    """A profiled call (a decorated call or a generator's step, a ``with``
-    block of a profiler) begins on this thread: what autograd saves outside
-    every module is told too, until the matching ``call_ends`` (the two
-    nest on one thread; not across an ``await``, where other tasks run)."""
-    depth = _local.__dict__.get("calls", 0)
-    _local.calls = depth + 1
-    if depth == 0:
-        _local.call_pushed = bool(_sets) and not _compiling() and _push_saved()
-
-
-def call_ends() -> None:
-    depth = _local.__dict__.get("calls", 0) - 1
-    if depth < 0:
-        return
-    _local.calls = depth
-    if depth == 0 and _local.__dict__.pop("call_pushed", False):
-        _pop_saved()
-
-
 # ---- module hooks -----------------------------------------------------------------
 
 def _module_pre(module: torch.nn.Module, args: Any) -> None:
@@ -280,17 +113,18 @@ def _module_pre(module: torch.nn.Module, args: Any) -> None:
     # backward node: activation checkpointing recomputes it
     recomputed = not modules and torch._C._current_autograd_node() is not None
     if recomputed or type(module).__name__ == "OptimizedModule":
+        inner = getattr(module, "_orig_mod", None)
+        if not modules and not recomputed and isinstance(inner, torch.nn.Module):
+            # a compiled model reads as the model it compiled (as its name does)
+            number = number_of(inner, None)
         _local.region = module
         stop(number)
     if not modules:
         if not recomputed and module not in _roots:
             _roots.add(module)
             _module_state(module)
-        if type(module).__name__ == "OptimizedModule":
-            # its guards would see our hooks: it keeps what it compiled with
-            _local.pushed, _local.lent = False, _pop_saved()
-        else:
-            _local.pushed, _local.lent = _push_saved(), False
+        # a compiled model's guards would see our hooks: it keeps what it compiled with
+        _local.pushed = type(module).__name__ != "OptimizedModule" and saved.push()
         with _lock:
             _pushed += 1
     numbers.append(number)
@@ -319,15 +153,30 @@ def _module_post(module: torch.nn.Module, args: Any, output: Any) -> None:
     native.set_module(numbers[-1] if numbers else backward.current())
     if not modules:
         if getattr(_local, "pushed", False):
-            _pop_saved()
+            saved.pop()
             _local.pushed = False
-        if getattr(_local, "lent", False):
-            _push_saved()           # the call's own, back after the compiled model
-            _local.lent = False
         global _pushed
         with _lock:
             _pushed -= 1
             _drop_post_hook()
+
+
+def _forget_thread() -> None:
+    """A profiled call begins with none running (_lock held): what this
+    thread still says of modules dates from a forward left without our post
+    hook (torch runs it on Exception, not on KeyboardInterrupt) or a backward
+    that raised: dropped, with our saved-tensor hooks if they are on top."""
+    global _pushed
+    if getattr(_local, "modules", None):
+        _local.modules.clear()
+        _local.numbers.clear()
+        if getattr(_local, "pushed", False):
+            saved.pop()
+        _local.pushed = False
+        _pushed = max(0, _pushed - 1)
+    _local.region = None
+    backward.forget()       # a backward that raised never reached its end
+    native.set_module(0)
 
 
 def _drop_post_hook() -> None:
@@ -365,6 +214,8 @@ def begin(tracers: "TracerSet") -> None:
     with _lock:
         if any(t is tracers for t in _sets):
             return
+        if not _sets:
+            _forget_thread()
         _running(_sets + (tracers,))
         if _handles:
             return
@@ -397,7 +248,6 @@ def end(tracers: "TracerSet") -> None:
         _handles.clear()
         _roots.clear()
         _optimizers.clear()
-        _saved.clear()
         _drop_post_hook()
 
 

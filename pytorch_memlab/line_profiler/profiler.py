@@ -166,11 +166,9 @@ class LineProfiler:
 
     def __enter__(self) -> "LineProfiler":
         self.enable()
-        tagging.call_begins()     # a with block nests: saved tensors are told in it
         return self
 
     def __exit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> None:
-        tagging.call_ends()
         if exc is not None:   # first: the tracer still follows the live allocations
             self._note_exception(exc)
         self.disable()

@@ -16,7 +16,6 @@ import sys
 import types
 from typing import Any, Callable, Optional
 
-from ..kinds import tagging
 from ..sources import native
 from ..common.callables import resolve_function
 from .profiler import LineProfiler
@@ -25,22 +24,14 @@ from .profiler import LineProfiler
 AfterCall = Callable[[Optional[BaseException]], None]
 
 
-def _enter(profiler: LineProfiler, code: Optional[types.CodeType] = None,
-           nests: bool = True) -> None:
-    """``nests``: the call runs to its end on this thread with nothing else
-    in between (not a coroutine), so autograd's saved-tensor hooks may be
-    pushed for its time (``tagging.call_begins``)."""
+def _enter(profiler: LineProfiler, code: Optional[types.CodeType] = None) -> None:
     profiler._enter_call(code)   # code: counted, to tell when its lines were not traced
-    if nests:
-        tagging.call_begins()
     if native.MECHANISM == "settrace":
         native.install_thread_hook()   # threads that existed before enable()
 
 
 def _leave(profiler: LineProfiler, exc: Optional[BaseException],
-           after_call: Optional[AfterCall], nests: bool = True) -> None:
-    if nests:
-        tagging.call_ends()
+           after_call: Optional[AfterCall]) -> None:
     if isinstance(exc, GeneratorExit):   # a generator closed early: no error
         exc = None
     if exc is not None and profiler._in_outermost_call():
@@ -151,11 +142,11 @@ class _ProfiledCall:
         self.profiler, self.code, self.after_call = profiler, code, after_call
 
     def __enter__(self) -> None:
-        _enter(self.profiler, self.code, nests=False)
+        _enter(self.profiler, self.code)
 
     def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
                  tb: Optional[types.TracebackType]) -> None:
-        _leave(self.profiler, exc, self.after_call, nests=False)
+        _leave(self.profiler, exc, self.after_call)
 
 
 def _wrap_generator(func: Callable[..., Any], profiler: LineProfiler,
@@ -179,9 +170,7 @@ def _wrap_generator(func: Callable[..., Any], profiler: LineProfiler,
             raise
         if last:
             _leave(profiler, None, after_call)
-            return value
-        tagging.call_ends()
-        if profiler._exit_call() and after_step is not None:
+        elif profiler._exit_call() and after_step is not None:
             after_step()
         return value
 
