@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 
 from pytorch_memlab import LineProfiler, load  # noqa: E402
 from pytorch_memlab.kinds.names import NO_MODULE, folded  # noqa: E402
+from models import Net  # noqa: E402
 
 B, D = 4, 128
 ACT = B * D * 4
@@ -49,27 +50,6 @@ def test_each_block_goes_to_the_module_that_made_it():
     assert record["peak"]["modules_by_kind"] == {
         "Sequential.1": {"saved_for_backward": ACT}, "Sequential.3": {"saved_for_backward": ACT},
         "Sequential.4": {"temporary": ACT}, NO_MODULE: {"temporary": 4}}
-
-
-class Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(D, 2 * D), torch.nn.ReLU(),
-                                       torch.nn.Linear(2 * D, D))
-
-    def forward(self, x):
-        return x + self.mlp(x)
-
-
-class Net(torch.nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.layers = torch.nn.ModuleList([Block() for _ in range(n)])
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = layer(x)
-        return x
 
 
 def test_nested_modules_by_qualified_name_and_folded_in_the_display_only(tmp_path):

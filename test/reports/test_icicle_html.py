@@ -17,31 +17,10 @@ from pytorch_memlab import LineProfiler, load  # noqa: E402
 from pytorch_memlab.html_report import render_report  # noqa: E402
 from pytorch_memlab.kinds.names import KINDS, LABELS, NO_MODULE  # noqa: E402
 from pytorch_memlab.reports.icicle_svg import WIDTH  # noqa: E402
+from models import Net  # noqa: E402
 
 SVG = "{http://www.w3.org/2000/svg}"
 B, D = 512, 128                     # the peak in backward: saved, temporary and gradients
-
-
-class Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(D, 2 * D), torch.nn.ReLU(),
-                                       torch.nn.Linear(2 * D, D))
-
-    def forward(self, x):
-        return x + self.mlp(x)
-
-
-class Net(torch.nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.layers = torch.nn.ModuleList([Block() for _ in range(n)])
-        self.head = torch.nn.Linear(D, 1)
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = layer(x)
-        return self.head(x)
 
 
 def train_step(model, opt, x):
@@ -58,7 +37,7 @@ def outside():
 
 def profile(batch):
     torch.manual_seed(0)
-    model, x = Net(3), torch.randn(batch, D)
+    model, x = Net(3, head=True), torch.randn(batch, D)
     opt = torch.optim.Adam(model.parameters())
     prof = LineProfiler(train_step, outside, device="cpu")
     with prof:

@@ -237,3 +237,86 @@ def test_what_is_alive_now_by_kind_and_module():
     for ptr, size in ((0x100, MiB), (0x1000, MiB), (0x2000, 2 * MiB), (0x3000, MiB),
                       (0x4000, 16)):
         block(ptr, -size)
+
+
+def module_peaks(*funcs):
+    """run's peaks, with the modules' figures exact."""
+    peaks, missing = run(*funcs)
+    assert missing is None
+    return peaks
+
+
+# ---- what each module holds at a peak, by kind (every block here is made
+# inside a module): a module's tagged bytes move as its lines' do, back to
+# every peak the block was alive at, in nested calls too, and every peak's
+# modules' kinds add up, kind by kind, to its lines'
+
+def sums_agree(peak):
+    """Per module, its kinds within its bytes; per kind, the modules' sum is
+    the lines' (all made in modules)."""
+    *_, klines, modules, mkinds = peak
+    assert set(mkinds) <= set(modules)
+    assert all(sum(k) <= modules[m] for m, k in mkinds.items())
+    by_lines = [sum(k[i] for k in klines.values()) for i in range(_tracer.TAGGED_KINDS)]
+    by_mods = [sum(k[i] for k in mkinds.values()) for i in range(_tracer.TAGGED_KINDS)]
+    assert by_mods == by_lines
+
+
+def made_in_modules():
+    _tracer.set_module(2)
+    block(0x1000, MiB)                              # module 2, gradient later
+    _tracer.set_module(3)
+    block(0x2000, 2 * MiB)                          # module 3, saved
+    tag(SAVED, 0x2000)
+    block(0x3000, MiB)                              # module 3, tagged before its size
+    tag(PARAMETER, 0x3000)
+    block(0x4000, 4 * MiB)                          # the peak
+    block(0x4000, -4 * MiB)
+    _tracer.set_module(0)
+    tag(GRADIENT, 0x1000)                           # after the peak: reaches back
+    tag(0, 0x2000, only_from=SAVED, back=False)     # released: from now on only
+    block(0x1000, -MiB); block(0x2000, -2 * MiB); block(0x3000, -MiB)
+    return 0
+
+
+def test_a_modules_kinds_move_with_its_blocks_tags_back_to_the_peak():
+    peak = module_peaks(made_in_modules)[made_in_modules.__code__]
+    size, lineno, *_, modules, mkinds = peak
+    assert (size, lineno) == (8 * MiB, line_of(made_in_modules, "# the peak"))
+    assert modules == {2: MiB, 3: 7 * MiB}
+    assert {m: kinds(k) for m, k in mkinds.items()} == \
+        {2: {GRADIENT: MiB}, 3: {SAVED: 2 * MiB, PARAMETER: MiB}}
+    sums_agree(peak)
+
+
+def mod_inner():
+    _tracer.set_module(6)
+    block(0x6000, MiB)                              # module 6
+    tag(GRADIENT, 0x6000)
+    _tracer.set_module(4)
+    return 0
+
+
+def mod_outer():
+    _tracer.set_module(4)
+    block(0x5000, 2 * MiB)                          # module 4
+    mod_inner()
+    block(0x7000, 8 * MiB)                          # mod_outer's peak
+    block(0x7000, -8 * MiB)
+    _tracer.set_module(0)
+    tag(SAVED, 0x5000)                              # after both peaks
+    block(0x5000, -2 * MiB); block(0x6000, -MiB)
+    return 0
+
+
+def test_nested_calls_keep_the_kinds_of_their_own_modules():
+    peaks = module_peaks(mod_outer, mod_inner)
+    *_, modules, mkinds = peaks[mod_outer.__code__]
+    assert modules == {4: 10 * MiB, 6: MiB}
+    assert {m: kinds(k) for m, k in mkinds.items()} == \
+        {4: {SAVED: 2 * MiB}, 6: {GRADIENT: MiB}}
+    sums_agree(peaks[mod_outer.__code__])
+    *_, modules, mkinds = peaks[mod_inner.__code__]
+    assert modules == {6: MiB}                      # 0x5000 was alive before mod_inner began
+    assert {m: kinds(k) for m, k in mkinds.items()} == {6: {GRADIENT: MiB}}
+    sums_agree(peaks[mod_inner.__code__])
