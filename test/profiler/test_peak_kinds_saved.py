@@ -168,3 +168,18 @@ def test_a_compiled_model_reads_as_the_model_it_compiled():
     peak, _ = checked_peak(prof.stats()[0])
     assert "Net" in peak["by_module"] and "OptimizedModule" not in peak["by_module"]
     assert peak["by_module_stopped_at"] == ["Net"]
+
+
+def test_where_torch_cannot_say_what_is_on_top_ours_still_come_off(monkeypatch):
+    from pytorch_memlab.kinds import saved
+    monkeypatch.setattr(saved, "_top_of", None)      # torch before 2.8
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+
+    def step(x):
+        model(x).sum().backward()
+
+    prof = LineProfiler(step, device="cpu")
+    for _ in range(3):
+        wrap(step, prof)(torch.randn(4, 8))
+    assert no_hooks_left()
+    checked_peak(prof.stats()[0])          # and the kinds still sum exactly
