@@ -1,7 +1,10 @@
-"""Autograd's saved-tensor hooks of a profiled call: the pack hook tags each
-block autograd keeps as ``saved_for_backward``, until autograd lets go of it;
-pushed only where the thread's stack is empty, so hooks of the program's own
-(checkpointing's, ``save_on_cpu``) stay the ones autograd calls."""
+"""Autograd's saved-tensor hooks, pushed for the forward of a thread's
+outermost module while a profiled call runs: the pack hook tags each block
+autograd keeps as ``saved_for_backward``, until autograd lets go of it.
+Pushed only where the thread's stack is empty, so hooks of the program's own
+(checkpointing's, ``save_on_cpu``) stay the ones autograd calls; not for a
+whole profiled call, since torch.func's grad, vjp and jacrev refuse to run
+while any are on the stack."""
 from __future__ import annotations
 
 import threading
@@ -45,7 +48,8 @@ class _Saved:
 
 
 def _pack(t: torch.Tensor) -> _Saved:
-    block = storages.block_of(t) if storages.by_device and not torch.compiler.is_compiling() else None
+    running = storages.by_device and not torch.compiler.is_compiling()
+    block = storages.block_of(t) if running else None
     if block is not None:
         key = block[:2]
         with _saved_lock:
